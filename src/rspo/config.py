@@ -1,0 +1,365 @@
+"""Typed configuration: one flat YAML per experiment plus dotted `key=value` overrides.
+
+Every field below is read somewhere in the code; grep for its dotted name's last part
+(e.g. `cfg.rollout.group_size`) to find where. Fields with a fixed set of values list
+them in `CHOICES`. A bad key, type or value raises `ConfigError`, whose one-line message
+names the key, the bad value and the valid choices; the CLI turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ALFWORLD_TASK_TYPES = [
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+]
+
+
+class ConfigError(ValueError):
+    """A config problem, phrased as one line for the user."""
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = True  # False = full fine-tuning
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass
+class TinyModelConfig:
+    """Size of the `model.name=tiny` model (a Llama-config model built offline)."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    vocab_size: int = 1024  # BPE vocabulary trained on environment text
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # tiny | smollm2-135m | a local path or hub id
+    dtype: str = "float32"
+    allow_hub: bool = False  # False: never touch the network (local files / cache only)
+    init_from: str = ""  # a checkpoint directory to start from (e.g. `rspo sft` output)
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class AlfworldConfig:
+    data_dir: str = ""  # official data root (has json_2.1.1/); empty: $ALFWORLD_DATA, else generated games
+    games_dir: str = ""  # where generated games are written; empty: the rspo cache
+    num_train: int = 600  # generated split sizes (official: 3553 / 140 / 134)
+    num_eval_in_distribution: int = 140
+    num_eval_out_of_distribution: int = 134
+    task_types: list[str] = field(default_factory=lambda: list(ALFWORLD_TASK_TYPES))
+    max_steps: int = 50
+    seed: int = 0
+
+
+@dataclass
+class WebshopConfig:
+    num_products: int = 2000
+    num_goals: int = 2500  # goals 0..num_test_goals-1 are the test split, the rest train
+    num_test_goals: int = 500
+    outcome: str = "success"  # outcome reward channel: success (score == 1) | score
+    max_steps: int = 15
+    seed: int = 0
+
+
+@dataclass
+class EnvConfig:
+    name: str = "alfworld"
+    num_workers: int = 2  # worker processes stepping envs; 0 = in-process
+    alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
+    webshop: WebshopConfig = field(default_factory=WebshopConfig)
+
+
+@dataclass
+class RolloutConfig:
+    num_tasks: int = 8  # B: tasks per iteration
+    group_size: int = 4  # G: target trajectories per task (same env seed)
+    max_turns: int = 0  # 0 = the env's own step cap
+    history_length: int = 2  # past observation/action pairs shown in the prompt
+    max_prompt_tokens: int = 1024  # oldest history is dropped first to fit
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+    micro_batch: int = 32  # sequences per generate / forward call
+    require_think: bool = False  # ask for <think>...</think> before <action>
+    invalid_action_penalty: float = 0.1
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"
+    norm: str = "mean_std"  # group normalization: mean_std | mean
+    gamma: float = 0.95  # discount for GiGPO step returns and PPO's GAE
+    gae_lambda: float = 0.95  # PPO
+    step_weight: float = 1.0  # GiGPO's omega
+    clip_ratio: float = 0.2
+    dual_clip: float = 0.0  # 0 = off, else the dual-clip constant c (e.g. 3.0)
+    kl_coef: float = 0.0  # low_var_kl to the reference policy
+    entropy_coef: float = 0.0
+    value_clip: float = 0.2  # PPO critic
+    critic_lr: float = 1e-4  # PPO critic
+    whiten_advantages: bool = False  # PPO: normalize advantages over the batch
+
+
+@dataclass
+class RewardConfig:
+    mode: str = "outcome"
+    outcome_scale: float = 10.0  # the GiGPO reference trains on 10 * won / success
+    process_scale: float = 1.0  # scale of the dense process reward
+    shaped_coef: float = 0.5  # lambda in `shaped`: outcome + lambda * process
+
+
+@dataclass
+class RspoConfig:
+    explorer_rollouts: int = 4  # E: explorer trajectories per task
+    explorer_lr: float = 0.0  # 0 = train.lr
+    explorer_warmup_steps: int = 0  # iterations in which only the explorer trains
+    sync_every: int = 0  # copy explorer weights into the target every k steps; 0 = never
+    buffer_size: int = 512  # trajectories kept in the replay buffer
+    buffer_staleness: int = 4  # drop trajectories older than this many policy versions
+    replay_per_task: int = 2  # R: replayed trajectories joining a task's target group
+    buffer_successes_only: bool = True
+    offpolicy: str = "clip"
+    offpolicy_clip: float = 2.0  # `clip`: upper bound of the importance ratio
+    shaping_gamma: float = 0.1  # `shaping`: f(p) = p / (p + gamma)
+
+
+@dataclass
+class SftConfig:
+    episodes: int = 200  # expert demonstrations collected from the train split
+    epochs: int = 3
+    lr: float = 2e-3
+    batch_size: int = 16
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 20  # RL iterations
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    epochs: int = 1  # passes over each rollout batch
+    minibatches: int = 1  # optimizer steps per epoch
+    micro_batch: int = 16  # sequences per forward/backward (gradient accumulation within a minibatch)
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    output_dir: str = "runs/default"
+    save_every: int = 10
+    resume: str = ""  # "" = fresh, "auto" = latest checkpoint in output_dir, or a checkpoint path
+
+
+@dataclass
+class EvalConfig:
+    every: int = 0  # evaluate every k RL steps (0 = only before and after training)
+    splits: list[str] = field(default_factory=lambda: ["eval_in_distribution", "eval_out_of_distribution"])
+    num_tasks: int = 20  # tasks per split
+    temperature: float = 0.0  # 0 = greedy
+    explorer: bool = False  # also evaluate the RSPO explorer
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = True
+    sample_every: int = 5  # log a sample trajectory as text every k steps (0 = never)
+    progress: bool = True  # tqdm bars
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rspo: RspoConfig = field(default_factory=RspoConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+# Keys whose values come from a fixed set. `model.name` is open: any HF path or id works.
+CHOICES: dict[str, list[str]] = {
+    "model.dtype": ["float32", "bfloat16"],
+    "env.name": ["alfworld", "webshop"],
+    "env.webshop.outcome": ["success", "score"],
+    "algo.name": ["grpo", "ppo", "gigpo"],
+    "algo.norm": ["mean_std", "mean"],
+    "reward.mode": ["outcome", "process", "shaped", "rspo"],
+    "rspo.offpolicy": ["clip", "shaping", "positive_only"],
+    "env.alfworld.task_types": ALFWORLD_TASK_TYPES,
+}
+# Keys that must be >= 1 (counts) or >= 0.
+POSITIVE = {
+    "rollout.num_tasks", "rollout.group_size", "rollout.max_new_tokens", "rollout.micro_batch",
+    "train.epochs", "train.minibatches", "train.micro_batch", "eval.num_tasks", "sft.batch_size",
+}  # fmt: skip
+
+
+def _fields(cls: type) -> dict[str, tuple[Any, bool]]:
+    """Map field name -> (resolved type, is_section) for a config dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], dataclasses.is_dataclass(hints[f.name])) for f in dataclasses.fields(cls)}
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Check/convert one leaf value to its declared type; raise ConfigError naming `key`."""
+    origin = typing.get_origin(typ)
+    if origin is list:
+        if isinstance(value, str):  # CLI: a,b,c
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(key, v, typing.get_args(typ)[0]) for v in value]
+    if typ is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if typ is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if typ is str:
+        if value is None:
+            return ""
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    raise TypeError(f"unsupported config type {typ} for {key}")
+
+
+def _unknown(key: str, name: str, valid: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(name, valid, n=1)
+    prefix = key[: -len(name)]
+    hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+    return ConfigError(f"unknown config key {key}{hint} (valid: {', '.join(valid)})")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested dict, validating every key on the way."""
+    fields = _fields(cls)
+    kwargs = {}
+    for name, value in data.items():
+        key = prefix + name
+        if name not in fields:
+            raise _unknown(key, name, list(fields))
+        typ, is_section = fields[name]
+        if is_section:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: is a section, expected a mapping of keys, got {value!r}")
+            kwargs[name] = _build(typ, value, key + ".")
+        else:
+            kwargs[name] = _coerce(key, value, typ)
+    return cls(**kwargs)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {p} is a value, not a section")
+    node[leaf] = value
+
+
+def _validate(cfg: Config) -> None:
+    flat = to_dict(cfg)
+    for key, valid in CHOICES.items():
+        values = _get(flat, key)
+        for v in values if isinstance(values, list) else [values]:
+            if v not in valid:
+                close = difflib.get_close_matches(str(v), valid, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise ConfigError(f"{key}: invalid value {v!r}{hint} (valid choices: {', '.join(valid)})")
+    for key in POSITIVE:
+        if _get(flat, key) < 1:
+            raise ConfigError(f"{key}: must be >= 1, got {_get(flat, key)!r}")
+    if cfg.reward.mode == "rspo" and cfg.rspo.explorer_rollouts < 1:
+        raise ConfigError(f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}")
+
+
+def _get(flat: dict[str, Any], dotted: str) -> Any:
+    node: Any = flat
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", parsed value). Values are parsed as YAML scalars/lists."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key=value (e.g. algo.name=grpo)")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML file (or the defaults when `path` is None) and apply dotted overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path}: expected a mapping of sections, got {type(data).__name__}")
+    for text in overrides or []:
+        _set_dotted(data, *parse_override(text))
+    cfg = _build(Config, data)
+    _validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def dump(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
