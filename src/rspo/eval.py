@@ -1,0 +1,88 @@
+"""Evaluation on held-out splits: success rate and score, overall and per task type.
+
+Greedy decoding by default (`eval.temperature=0`); one trajectory per task; the first
+`eval.num_tasks` tasks of each split in `eval.splits` (deterministic), spread over ranks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from rspo.batch import TARGET
+from rspo.config import Config
+from rspo.log import write_json
+from rspo.rollout import Plan, collect
+
+
+def evaluate(policy, pool, cfg: Config, adapter: str = "target", rank: int = 0, world: int = 1,
+             gather=None, prefix: str = "eval/") -> dict[str, float]:  # fmt: skip
+    """`{prefix}{split}/success_rate`, `…/score`, `…/{task_type}/success_rate`, …"""
+    max_turns = cfg.rollout.max_turns or pool.max_steps
+    results: dict[str, float] = {}
+    for split in cfg.eval.splits:
+        tasks = [(split, i) for i in range(min(cfg.eval.num_tasks, pool.num_tasks(split)))][rank::world]
+        trajs = []
+        for start in range(0, len(tasks), pool.num_envs):
+            ro = collect(policy, pool, cfg.env.name, tasks[start : start + pool.num_envs], [Plan(adapter, 1, TARGET)],
+                         cfg.rollout, temperature=cfg.eval.temperature, max_turns=max_turns,
+                         progress=cfg.log.progress, desc=f"eval {split}")  # fmt: skip
+            trajs += [(t.task_type, t.won, t.score, t.turns, t.invalid) for t in ro.trajectories]
+        if gather is not None and world > 1:
+            trajs = gather(trajs)
+        results |= split_metrics(trajs, f"{prefix}{split}/")
+    return results
+
+
+def split_metrics(trajs: list[tuple[str, bool, float, int, int]], prefix: str) -> dict[str, float]:
+    """Aggregate (task_type, won, score, turns, invalid) tuples into rates."""
+    by_type: dict[str, list[tuple]] = defaultdict(list)
+    for t in trajs:
+        by_type[t[0]].append(t)
+    out = {}
+    for name, group in [("", trajs)] + sorted(by_type.items()):
+        p = prefix + (f"{name}/" if name else "")
+        n = max(len(group), 1)
+        out[p + "success_rate"] = sum(t[1] for t in group) / n
+        out[p + "score"] = sum(t[2] for t in group) / n
+        if not name:
+            turns = sum(t[3] for t in group)
+            out[p + "num_tasks"] = float(len(group))
+            out[p + "invalid_action_rate"] = sum(t[4] for t in group) / max(turns, 1)
+    return out
+
+
+def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config) -> str:
+    """Success/score before and after RL, one line per split and task type."""
+    keys = [k for k in after if k.endswith(("success_rate", "score"))]
+    width = max([len(k) for k in keys] + [10])
+    lines = [f"{'metric':<{width}}  {'before':>8}  {'after':>8}", "-" * (width + 20)]
+    for k in keys:
+        b = f"{before[k]:.3f}" if k in before else "-"
+        lines.append(f"{k:<{width}}  {b:>8}  {after[k]:>8.3f}")
+    head = f"eval summary: env={cfg.env.name} algo={cfg.algo.name} reward.mode={cfg.reward.mode}"
+    return "\n".join([head, *lines])
+
+
+def evaluate_command(cfg: Config, checkpoint: str = "") -> dict[str, float]:
+    """`rspo eval`: evaluate a checkpoint (default: the latest in train.output_dir)."""
+    from rspo import checkpoint as ckpt
+    from rspo.envs.pool import EnvPool
+    from rspo.policy import build_policy
+
+    path = Path(checkpoint) if checkpoint else ckpt.latest(cfg.train.output_dir)
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint in {cfg.train.output_dir}/checkpoints; pass --checkpoint DIR")
+    if not cfg.model.init_from and (Path(cfg.train.output_dir) / "sft" / "config.json").is_file():
+        cfg.model.init_from = str(Path(cfg.train.output_dir) / "sft")
+    adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
+    policy = build_policy(cfg.model, adapters=adapters)
+    policy.load(path / "policy")
+    with EnvPool(cfg.env, min(cfg.eval.num_tasks, 32)) as pool:
+        results = evaluate(policy, pool, cfg)
+        if cfg.eval.explorer:
+            results |= evaluate(policy, pool, cfg, adapter="explorer", prefix="eval_explorer/")
+    write_json(path / "eval.json", results)
+    print(summary_table({}, results, cfg))
+    print(f"written to {path / 'eval.json'}")
+    return results

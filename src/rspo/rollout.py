@@ -1,0 +1,261 @@
+"""Multi-turn rollouts: all active envs step in lockstep, one batched `generate` per turn.
+
+For B tasks, each policy in the plan (e.g. G target + E explorer trajectories) plays
+every task with the same env seed; the trajectories of one task form one group. Each turn:
+  1. every active env's prompt is rendered (task, recent history, observation, actions);
+  2. per policy, ONE left-padded `generate` over its active envs (chunked by
+     `micro_batch` to bound memory), stopping at `</action>` or eos;
+  3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
+  4. the parsed actions go to the env pool, which steps all envs in parallel.
+Each turn becomes one row of a `TurnBatch` (per-turn samples, as GiGPO does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from rspo.batch import TurnBatch
+from rspo.envs.base import EnvState
+from rspo.prompts import Turn, parse_action, render_prompt
+
+STOP = "</action>"
+
+
+@dataclass
+class Plan:
+    """One policy's share of a rollout: `count` trajectories per task, sampled by `adapter`."""
+
+    adapter: str
+    count: int
+    source: int  # TARGET / EXPLORER (batch.py)
+
+
+@dataclass
+class Trajectory:
+    """Per-trajectory summary (for logging, eval and the replay buffer)."""
+
+    group_id: int
+    traj_id: int
+    source: int
+    split: str
+    task_index: int
+    task: str
+    task_type: str
+    won: bool = False
+    score: float = 0.0
+    outcome: float = 0.0  # sum of outcome rewards
+    process: float = 0.0  # sum of process rewards
+    turns: int = 0
+    invalid: int = 0
+    transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, response) per turn
+
+
+@dataclass
+class Rollout:
+    batch: TurnBatch
+    trajectories: list[Trajectory]
+    timing: dict[str, float]  # seconds: generate, env; counts: tokens, env_steps
+
+
+def anchor_key(observation: str) -> int:
+    """A deterministic 63-bit hash of the raw observation (GiGPO's anchor state)."""
+    return int.from_bytes(hashlib.blake2b(observation.encode(), digest_size=8).digest(), "little") >> 1
+
+
+def response_lengths(tokenizer, responses: torch.Tensor, eos_ids: set[int]) -> list[int]:
+    """Length of each generated response: through `</action>`, else through the first eos.
+
+    Decoding decides where `</action>` ends (it may span tokens); the pad id may equal eos
+    (SmolLM2), so padding is never told apart by id alone.
+    """
+    lengths = []
+    for row in responses.tolist():
+        n = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+        if STOP in tokenizer.decode(row[:n]):
+            lo, hi = 1, n  # smallest prefix whose text holds the stop string
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if STOP in tokenizer.decode(row[:mid]) else (mid + 1, hi)
+            n = lo
+        lengths.append(n)
+    return lengths
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention_mask), both (n, max_len), left-padded; the mask comes from lengths."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def generate(policy, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float):
+    """Sample one response per prompt. Returns (response ids list, behavior log-probs list)."""
+    tok = policy.tokenizer
+    model = policy.generation_model
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    ids, mask = ids.to(policy.device), mask.to(policy.device)
+    sampling = dict(temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=temperature > 0,
+        stop_strings=[STOP],
+        tokenizer=tok,
+        pad_token_id=tok.pad_token_id,
+        **sampling,
+    )
+    responses = out[:, ids.shape[1] :].cpu()
+    lengths = response_lengths(tok, responses, policy.eos_ids)
+    R = max(lengths)
+    resp_mask = (torch.arange(R)[None, :] < torch.tensor(lengths)[:, None]).long()
+    full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
+    full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
+    logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R)
+    logprobs = logprobs.float().cpu()
+    resp = [responses[i, :n].tolist() for i, n in enumerate(lengths)]
+    return resp, [logprobs[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+@dataclass
+class _Slot:
+    """One env's trajectory in progress."""
+
+    traj: Trajectory
+    adapter: str
+    state: EnvState
+    history: list[tuple[str, str]] = field(default_factory=list)
+    done: bool = False
+
+
+def _new_slots(plans: list[Plan], tasks: list[tuple[str, int]], states: list[EnvState]) -> list[_Slot]:
+    slots = []
+    for group, (split, index) in enumerate(tasks):
+        for plan in plans:
+            for _ in range(plan.count):
+                state = states[len(slots)]
+                traj = Trajectory(group, len(slots), plan.source, split, index, state.task, state.task_type)
+                slots.append(_Slot(traj, plan.adapter, state))
+    return slots
+
+
+def collect(policy, pool, env_name: str, tasks: list[tuple[str, int]], plans: list[Plan], cfg, *,
+            temperature: float, max_turns: int, progress: bool = True, desc: str = "rollout") -> Rollout:  # fmt: skip
+    """Play every task with every plan's policy; return the per-turn batch.
+
+    `cfg` is the `RolloutConfig`; `max_turns` caps the episode (the env's cap otherwise).
+    `pool` must hold at least `len(tasks) * sum(p.count for p in plans)` envs.
+    """
+    n = len(tasks) * sum(p.count for p in plans)
+    env_tasks = [t for t in tasks for p in plans for _ in range(p.count)]
+    t0 = time.perf_counter()
+    states = pool.reset(env_tasks + [None] * (pool.num_envs - n))[:n]
+    timing = {"generate": 0.0, "env": time.perf_counter() - t0, "tokens": 0.0, "env_steps": 0.0}
+    slots = _new_slots(plans, tasks, states)
+    rows: list[dict] = []
+    bar = tqdm(total=max_turns, desc=desc, disable=not progress, leave=False)
+    for turn in range(max_turns):
+        active = [i for i, s in enumerate(slots) if not s.done]
+        if not active:
+            break
+        actions: list[str | None] = [None] * pool.num_envs
+        t0 = time.perf_counter()
+        for adapter in dict.fromkeys(slots[i].adapter for i in active):
+            ids = [i for i in active if slots[i].adapter == adapter]
+            prompts = [_prompt(policy.tokenizer, env_name, slots[i], cfg) for i in ids]
+            with policy.use(adapter):
+                for c in range(0, len(ids), cfg.micro_batch):
+                    chunk = slice(c, c + cfg.micro_batch)
+                    resp, logp = generate(policy, prompts[chunk], cfg.max_new_tokens, temperature, cfg.top_p)
+                    for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
+                        text = policy.tokenizer.decode(r, skip_special_tokens=True)
+                        actions[i], valid = parse_action(text)
+                        rows.append(dict(slot=i, turn=turn, prompt=p, response=r, logprobs=lp, valid=valid,
+                                         anchor=anchor_key(slots[i].state.observation), text=text))  # fmt: skip
+                        timing["tokens"] += len(r)
+        timing["generate"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        new_states = pool.step(actions)
+        timing["env"] += time.perf_counter() - t0
+        timing["env_steps"] += len(active)
+        for row in rows[len(rows) - len(active) :]:
+            _advance(slots[row["slot"]], row, new_states[row["slot"]], actions[row["slot"]], cfg.history_length)
+        bar.update(1)
+    bar.close()
+    return Rollout(_assemble(rows, slots, policy.tokenizer.pad_token_id), [s.traj for s in slots], timing)
+
+
+def _prompt(tokenizer, env_name: str, slot: _Slot, cfg) -> list[int]:
+    s = slot.state
+    turn = Turn(s.task, s.observation, s.admissible, slot.history[-cfg.history_length :] if cfg.history_length else [])
+    ids = render_prompt(tokenizer, env_name, turn, cfg.require_think, cfg.max_prompt_tokens)
+    return ids[-cfg.max_prompt_tokens :]  # last resort for an observation longer than the budget
+
+
+def _advance(slot: _Slot, row: dict, state: EnvState, action: str, history_length: int) -> None:
+    """Record the env's answer to one turn in the row and the trajectory."""
+    t = slot.traj
+    row.update(outcome=state.outcome, process=state.process)
+    t.turns += 1
+    t.invalid += not row["valid"]
+    t.outcome += state.outcome
+    t.process += state.process
+    t.transcript.append((slot.state.observation, row["text"]))
+    if history_length:
+        slot.history = (slot.history + [(slot.state.observation, action)])[-history_length:]
+    slot.state = state
+    if state.done:
+        slot.done = True
+        t.won, t.score = state.won, state.score
+
+
+def _assemble(rows: list[dict], slots: list[_Slot], pad_id: int) -> TurnBatch:
+    """Pad the rows into one TurnBatch sorted by (traj_id, turn)."""
+    rows = sorted(rows, key=lambda r: (r["slot"], r["turn"]))
+    prompt_ids, prompt_mask = left_pad([r["prompt"] for r in rows], pad_id)
+    R = max(len(r["response"]) for r in rows)
+    resp = torch.full((len(rows), R), pad_id, dtype=torch.long)
+    resp_mask = torch.zeros((len(rows), R))
+    logp = torch.zeros((len(rows), R))
+    for i, r in enumerate(rows):
+        n = len(r["response"])
+        resp[i, :n] = torch.tensor(r["response"], dtype=torch.long)
+        resp_mask[i, :n] = 1
+        logp[i, :n] = torch.tensor(r["logprobs"])
+    traj = torch.tensor([r["slot"] for r in rows])
+    last = torch.ones(len(rows), dtype=torch.bool)
+    last[:-1] = traj[1:] != traj[:-1]
+
+    def col(key, dtype=torch.float):
+        return torch.tensor([r[key] for r in rows], dtype=dtype)
+
+    def per_slot(fn, dtype=torch.long):
+        return torch.tensor([fn(slots[r["slot"]].traj) for r in rows], dtype=dtype)
+
+    return TurnBatch(
+        input_ids=torch.cat([prompt_ids, resp], dim=1),
+        attention_mask=torch.cat([prompt_mask, resp_mask.long()], dim=1),
+        response_mask=resp_mask,
+        behavior_logprobs=logp,
+        group_id=per_slot(lambda t: t.group_id),
+        traj_id=traj,
+        turn=col("turn", torch.long),
+        last=last,
+        outcome=col("outcome"),
+        process=col("process"),
+        valid=col("valid", torch.bool),
+        anchor=col("anchor", torch.long),
+        source=per_slot(lambda t: t.source),
+        task_index=per_slot(lambda t: t.task_index),
+    )

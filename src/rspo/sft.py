@@ -1,0 +1,130 @@
+"""Warm start (`rspo sft`): supervised fine-tuning on the environments' expert demonstrations.
+
+The expert (ALFWorld's planner, WebShop's rule-based shopper) plays train tasks; each of
+its turns becomes one sample rendered with the same prompt template as RL, with the
+answer `<action>…</action>`. The loss is the token-mean cross-entropy on response tokens
+only. A randomly initialised tiny model cannot act at all; after the warm start it acts
+with an imperfect, non-zero success rate — the setting where RL has something to learn.
+The result is a full Hugging Face model directory (LoRA adapters merged), which
+`model.init_from` points RL at.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from rspo.config import Config
+from rspo.prompts import Turn, format_response, render_prompt, user_message
+
+
+def expert_demos(pool, env_name: str, num_tasks: int, episodes: int, max_turns: int, history_length: int,
+                 seed: int) -> list[tuple[Turn, str]]:  # fmt: skip
+    """(turn, expert action) pairs from `episodes` expert episodes on train tasks."""
+    rng = random.Random(seed)
+    tasks = [("train", rng.randrange(num_tasks)) for _ in range(episodes)]
+    demos = []
+    for start in range(0, episodes, pool.num_envs):
+        chunk = tasks[start : start + pool.num_envs]
+        states = pool.reset(chunk + [None] * (pool.num_envs - len(chunk)))[: len(chunk)]
+        history: list[list[tuple[str, str]]] = [[] for _ in chunk]
+        active = [True] * len(chunk)
+        for _ in range(max_turns):
+            if not any(active):
+                break
+            experts = pool.expert_actions()
+            actions: list[str | None] = [None] * pool.num_envs
+            for i, s in enumerate(states):
+                if active[i]:
+                    actions[i] = experts[i]
+                    demos.append((Turn(s.task, s.observation, s.admissible, history[i][-history_length:]), experts[i]))
+            new = pool.step(actions)
+            for i in range(len(chunk)):
+                if active[i]:
+                    history[i] = (history[i] + [(states[i].observation, actions[i])])[-max(history_length, 1) :]
+                    states[i] = new[i]
+                    active[i] = not new[i].done
+    return demos
+
+
+def corpus(demos: list[tuple[Turn, str]], env_name: str, require_think: bool) -> list[str]:
+    """Text for training the tiny model's tokenizer: the prompts and answers it will see."""
+    return [user_message(env_name, t, require_think) + "\n" + format_response(a, require_think) for t, a in demos]
+
+
+def sft_batches(tokenizer, demos, env_name: str, require_think: bool, max_prompt_tokens: int):
+    """Tokenize demonstrations into (prompt ids, response ids) pairs."""
+    out = []
+    for turn, action in demos:
+        prompt = render_prompt(tokenizer, env_name, turn, require_think, max_prompt_tokens)
+        response = tokenizer(format_response(action, require_think), add_special_tokens=False)["input_ids"]
+        out.append((prompt, response + [tokenizer.convert_tokens_to_ids(tokenizer.eos_token)]))
+    return out
+
+
+def sft_loss(model, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
+    """Summed cross-entropy over response tokens, and their count. Right-padded batch."""
+    width = max(len(p) + len(r) for p, r in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)  # -100: not trained on (prompt and padding)
+    for i, (p, r) in enumerate(samples):
+        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
+        attn[i, : len(p) + len(r)] = 1
+        labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
+    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits[:, :-1].float()
+    targets = labels[:, 1:].to(device)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                             ignore_index=-100, reduction="sum")  # fmt: skip
+    return loss, int((targets != -100).sum())
+
+
+def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
+    """Collect demonstrations, build/load the model, fine-tune, save a full model to `out_dir`."""
+    from rspo.envs.pool import EnvPool
+    from rspo.policy import Policy, load_base
+
+    with EnvPool(cfg.env, min(16, cfg.sft.episodes)) as pool:
+        num_tasks = pool.num_tasks("train")
+        max_turns = cfg.rollout.max_turns or pool.max_steps
+        demos = expert_demos(pool, cfg.env.name, num_tasks, cfg.sft.episodes, max_turns,
+                             cfg.rollout.history_length, cfg.train.seed)  # fmt: skip
+    text = corpus(demos, cfg.env.name, cfg.rollout.require_think)
+    model, tokenizer = load_base(cfg.model, lambda: text)
+    policy = Policy(cfg.model, model, tokenizer, adapters=["target"])
+    samples = sft_batches(tokenizer, demos, cfg.env.name, cfg.rollout.require_think, cfg.rollout.max_prompt_tokens)
+    params = policy.parameters_of("target")
+    opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.train.weight_decay)
+    rng = random.Random(cfg.train.seed)
+    steps = cfg.sft.epochs * -(-len(samples) // cfg.sft.batch_size)
+    bar = tqdm(total=steps, desc="sft", disable=not progress)
+    losses = []
+    with policy.use("target"):
+        for _ in range(cfg.sft.epochs):
+            rng.shuffle(samples)
+            for start in range(0, len(samples), cfg.sft.batch_size):
+                loss_sum, n = sft_loss(policy.train_model, samples[start : start + cfg.sft.batch_size],
+                                       tokenizer.pad_token_id, policy.device)  # fmt: skip
+                (loss_sum / n).backward()
+                torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss_sum.item() / n)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                bar.update(1)
+    bar.close()
+    policy.export_merged(out_dir)
+    (out_dir / "sft_summary.txt").write_text(
+        f"demonstrations={len(demos)} episodes={cfg.sft.episodes} steps={steps} "
+        f"first_loss={losses[0]:.4f} last_loss={losses[-1]:.4f}\n"
+    )
+    return out_dir
+
+
+def sft_command(cfg: Config) -> None:
+    out = Path(cfg.train.output_dir) / "sft"
+    run_sft(cfg, out, progress=cfg.log.progress)
+    print(f"warm start saved to {out}  (train from it with model.init_from={out})")

@@ -1,0 +1,222 @@
+"""The RL loop: rollout → rewards (and the RSPO swap) → advantages → update → log/eval/save.
+
+Learners. Every reward mode trains the *target* policy; `reward.mode=rspo` adds the
+*explorer*, a second policy (a second LoRA adapter on the same frozen base, or a second
+model copy) trained on process rewards, whose trajectories — rewards swapped back to the
+outcome — also feed the target's update. Each learner has its own optimizer and, when
+the algorithm needs a critic (PPO), its own critic. The loop never branches on the
+algorithm's name: estimators share one signature (`rspo.algorithms`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs, gather_object, set_seed
+
+from rspo import checkpoint
+from rspo.algorithms import ALGORITHMS
+from rspo.batch import EXPLORER, TARGET
+from rspo.config import Config, dump
+from rspo.eval import evaluate, summary_table
+from rspo.log import Logger, finite_or_raise, format_transcript
+from rspo.rewards.buffer import ReplayBuffer
+from rspo.rewards.modes import learner_data
+from rspo.rollout import Plan, collect
+from rspo.update import Learner, add_replay, make_learner, update_learner
+
+CONSOLE_KEYS = ["rollout/success_rate", "rollout/return", "rollout/invalid_action_rate", "loss/policy",
+                "explorer/rollout/success_rate", "perf/step_s"]  # fmt: skip
+
+
+@dataclass
+class Run:
+    """Everything the loop carries between steps."""
+
+    cfg: Config
+    acc: Accelerator
+    policy: object
+    pool: object
+    learners: dict[str, Learner]
+    buffer: ReplayBuffer | None
+    logger: Logger
+    num_train_tasks: int
+    max_turns: int
+    step: int = 0
+
+
+def setup(cfg: Config) -> Run:
+    from rspo.envs.pool import EnvPool
+    from rspo.policy import build_policy
+
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
+    acc = Accelerator(kwargs_handlers=[ddp], mixed_precision="bf16" if cfg.model.dtype == "bfloat16" else "no")
+    set_seed(cfg.train.seed + acc.process_index)
+    if cfg.sft.episodes > 0 and not cfg.model.init_from:
+        cfg.model.init_from = str(warm_start(cfg, acc))
+    rspo = cfg.reward.mode == "rspo"
+    per_task = cfg.rollout.group_size + (cfg.rspo.explorer_rollouts if rspo else 0)
+    pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, 32)))
+    critic = ALGORITHMS[cfg.algo.name].needs_critic
+    policy = build_policy(cfg.model, adapters=["target", "explorer"] if rspo else ["target"], critic=critic,
+                          reference=cfg.algo.kl_coef > 0, device=acc.device)  # fmt: skip
+    learners = {"target": make_learner(acc, policy, cfg, "target", cfg.train.lr)}
+    if rspo:
+        learners["explorer"] = make_learner(acc, policy, cfg, "explorer", cfg.rspo.explorer_lr or cfg.train.lr)
+    buffer = ReplayBuffer(cfg.rspo.buffer_size, cfg.rspo.buffer_staleness, cfg.rspo.buffer_successes_only)
+    out = Path(cfg.train.output_dir)
+    logger = Logger(out / "tb", enabled=acc.is_main_process, tensorboard=cfg.log.tensorboard)
+    max_turns = cfg.rollout.max_turns or pool.max_steps
+    return Run(cfg, acc, policy, pool, learners, buffer if rspo else None, logger, pool.num_tasks("train"), max_turns)
+
+
+def warm_start(cfg: Config, acc: Accelerator) -> Path:
+    """Run the SFT warm start once (main process) and reuse it on later runs."""
+    from rspo.sft import run_sft
+
+    out = Path(cfg.train.output_dir) / "sft"
+    if acc.is_main_process and not (out / "config.json").is_file():
+        run_sft(cfg, out, progress=cfg.log.progress)
+    acc.wait_for_everyone()
+    return out
+
+
+def sample_tasks(run: Run) -> list[tuple[str, int]]:
+    """This rank's B train tasks for this step: deterministic in (seed, step, rank)."""
+    cfg = run.cfg
+    rng = random.Random(cfg.train.seed * 1_000_003 + run.step)
+    tasks = [("train", rng.randrange(run.num_train_tasks)) for _ in range(cfg.rollout.num_tasks * run.acc.num_processes)]
+    return tasks[run.acc.process_index :: run.acc.num_processes]
+
+
+def rl_step(run: Run) -> dict[str, float]:
+    """One iteration: rollout, rewards, advantages, updates. Returns its metrics."""
+    cfg, t0 = run.cfg, time.perf_counter()
+    warmup = run.buffer is not None and run.step < cfg.rspo.explorer_warmup_steps
+    plans = [] if warmup else [Plan("target", cfg.rollout.group_size, TARGET)]
+    if run.buffer is not None:
+        plans.append(Plan("explorer", cfg.rspo.explorer_rollouts, EXPLORER))
+    tasks = sample_tasks(run)
+    ro = collect(run.policy, run.pool, cfg.env.name, tasks, plans, cfg.rollout, temperature=cfg.rollout.temperature,
+                 max_turns=run.max_turns, progress=cfg.log.progress)  # fmt: skip
+    batch, metrics = ro.batch, rollout_metrics(ro, cfg)
+    if run.buffer is not None:
+        batch = add_replay(batch, run.buffer, tasks, cfg.rspo.replay_per_task, run.step, run.policy.pad_token_id)
+    data = learner_data(batch.outcome, batch.process, batch.valid, batch.source, mode=cfg.reward.mode,
+                        outcome_scale=cfg.reward.outcome_scale, process_scale=cfg.reward.process_scale,
+                        shaped_coef=cfg.reward.shaped_coef, penalty=cfg.rollout.invalid_action_penalty)  # fmt: skip
+    t_update = time.perf_counter()
+    for name, learner in run.learners.items():
+        if warmup and name == "target":
+            continue
+        metrics |= update_learner(run.acc, run.policy, learner, batch, data[name], cfg, prefix=learner.prefix)
+    if run.buffer is not None:
+        explorer = batch.source == EXPLORER
+        run.buffer.add(batch.select(explorer), run.step, success_of(batch.select(explorer), ro.trajectories))
+        if cfg.rspo.sync_every and (run.step + 1) % cfg.rspo.sync_every == 0:
+            run.policy.copy_weights("explorer", "target")
+    metrics |= {
+        "perf/time_generate_s": ro.timing["generate"],
+        "perf/time_env_s": ro.timing["env"],
+        "perf/time_update_s": time.perf_counter() - t_update,
+        "perf/tokens_per_s": ro.timing["tokens"] / max(ro.timing["generate"], 1e-9),
+        "perf/env_steps_per_s": ro.timing["env_steps"] / max(ro.timing["env"], 1e-9),
+        "perf/step_s": time.perf_counter() - t0,
+    }
+    if cfg.log.sample_every and run.step % cfg.log.sample_every == 0 and ro.trajectories:
+        run.logger.text("samples/trajectory", format_transcript(ro.trajectories[0]), run.step)
+    return metrics
+
+
+def rollout_metrics(ro, cfg: Config) -> dict[str, float]:
+    """`rollout/…` for the target's trajectories, `explorer/rollout/…` for the explorer's."""
+    out = {}
+    for prefix, source in (("rollout/", TARGET), ("explorer/rollout/", EXPLORER)):
+        trajs = [t for t in ro.trajectories if t.source == source]
+        if not trajs:
+            continue
+        n, turns = len(trajs), sum(t.turns for t in trajs)
+        out |= {
+            prefix + "success_rate": sum(t.won for t in trajs) / n,
+            prefix + "score": sum(t.score for t in trajs) / n,
+            prefix + "return": sum(t.outcome for t in trajs) / n,
+            prefix + "process_return": sum(t.process for t in trajs) / n,
+            prefix + "turns": turns / n,
+            prefix + "invalid_action_rate": sum(t.invalid for t in trajs) / max(turns, 1),
+        }
+    return out
+
+
+def success_of(batch, trajectories) -> torch.Tensor:
+    """(M,) bool: whether each trajectory in `batch` (in traj_id order) was won."""
+    ids = torch.unique(batch.traj_id).tolist()
+    return torch.tensor([trajectories[i].won for i in ids], dtype=torch.bool)
+
+
+def save(run: Run) -> None:
+    state = {name: l.state_dict() for name, l in run.learners.items()}
+    state["buffer"] = run.buffer.state_dict() if run.buffer is not None else None
+    if run.acc.is_main_process:
+        checkpoint.save(run.cfg.train.output_dir, run.step, run.acc.unwrap_model(run.policy), state, dump(run.cfg))
+    run.acc.wait_for_everyone()
+
+
+def resume(run: Run) -> None:
+    path = checkpoint.resolve(run.cfg.train.resume, run.cfg.train.output_dir)
+    if path is None:
+        return
+    state = checkpoint.load_trainer_state(path)
+    run.policy.load(path / "policy")
+    for name, learner in run.learners.items():
+        learner.load_state_dict(state[name])
+    if run.buffer is not None and state.get("buffer"):
+        run.buffer.load_state_dict(state["buffer"])
+    checkpoint.set_rng_state(state["rng"])
+    run.step = state["step"]
+    if run.acc.is_main_process:
+        print(f"resumed from {path} at step {run.step}")
+
+
+def run_eval(run: Run, tag: str) -> dict[str, float]:
+    cfg = run.cfg
+    results = evaluate(run.policy, run.pool, cfg, adapter="target", rank=run.acc.process_index,
+                       world=run.acc.num_processes, gather=gather_object)  # fmt: skip
+    if cfg.eval.explorer and run.buffer is not None:
+        results |= evaluate(run.policy, run.pool, cfg, adapter="explorer", rank=run.acc.process_index,
+                            world=run.acc.num_processes, gather=gather_object, prefix="eval_explorer/")  # fmt: skip
+    run.logger.scalars(results, run.step)
+    return results
+
+
+def train(cfg: Config) -> dict[str, dict[str, float]]:
+    """Train with RL; returns the eval results before and after (also printed as a table)."""
+    run = setup(cfg)
+    try:
+        resume(run)
+        before = run_eval(run, "before") if run.step == 0 else {}
+        history = []
+        while run.step < cfg.train.steps:
+            metrics = rl_step(run)
+            finite_or_raise(metrics, f"step {run.step}")
+            history.append(metrics)
+            run.logger.scalars(metrics, run.step)
+            run.logger.console(run.step + 1, cfg.train.steps, metrics, CONSOLE_KEYS)
+            run.step += 1
+            if cfg.eval.every and run.step % cfg.eval.every == 0 and run.step < cfg.train.steps:
+                run_eval(run, f"step {run.step}")
+            if cfg.train.save_every and run.step % cfg.train.save_every == 0:
+                save(run)
+        after = run_eval(run, "after")
+        save(run)
+        if run.acc.is_main_process:
+            print(summary_table(before, after, cfg))
+            print(f"TensorBoard logs: {Path(cfg.train.output_dir) / 'tb'}  (tensorboard --logdir {cfg.train.output_dir})")
+        return {"before": before, "after": after, "history": history}
+    finally:
+        run.logger.close()
+        run.pool.close()

@@ -1,0 +1,173 @@
+"""One learner's update: advantages, then epochs × minibatches of clipped-ratio steps.
+
+A minibatch is split into micro-batches of `train.micro_batch` sequences (gradient
+accumulation); each micro-batch's token-mean loss is weighted by its share of the
+minibatch's response tokens, so the accumulated gradient is exactly the token-mean over
+the whole minibatch. Sequences are trimmed to the micro-batch's own padding first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rspo.algorithms import ALGORITHMS, turns_from_batch
+from rspo.algorithms.losses import low_var_kl, masked_mean, policy_loss
+from rspo.algorithms.ppo import value_loss, whiten
+from rspo.batch import REPLAY, TurnBatch, cat
+from rspo.rewards.modes import LearnerData
+
+
+@dataclass
+class Learner:
+    """A policy being trained (target or explorer), with its optimizer and optional critic."""
+
+    name: str  # the policy's adapter / model name
+    prefix: str  # metric namespace: "" for the target, "explorer/" for the explorer
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    critic: str | None = None  # the critic's name in the policy (PPO)
+    critic_optimizer: torch.optim.Optimizer | None = None
+
+    def state_dict(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.critic_optimizer is not None:
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+
+def make_learner(acc, policy, cfg, name: str, lr: float) -> Learner:
+    warmup = cfg.train.warmup_steps
+    opt = torch.optim.AdamW(policy.parameters_of(name), lr=lr, weight_decay=cfg.train.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    learner = Learner(name, "" if name == "target" else f"{name}/", acc.prepare_optimizer(opt), sched)
+    if ALGORITHMS[cfg.algo.name].needs_critic:
+        learner.critic = policy.critic_name(name)
+        params = policy.parameters_of(learner.critic)
+        learner.critic_optimizer = acc.prepare_optimizer(torch.optim.AdamW(params, lr=cfg.algo.critic_lr))
+    return learner
+
+
+def trim(b: TurnBatch) -> TurnBatch:
+    """Drop columns that are padding in every row (left of prompts, right of responses)."""
+    P = b.prompt_len
+    first = int(b.attention_mask[:, :P].any(0).float().argmax()) if P else 0
+    R = max(int(b.response_mask.sum(1).max()), 1)
+    keep = torch.cat([torch.arange(first, P), torch.arange(P, P + R)])
+    return TurnBatch(**{**b.__dict__, "input_ids": b.input_ids[:, keep], "attention_mask": b.attention_mask[:, keep],
+                        "response_mask": b.response_mask[:, :R], "behavior_logprobs": b.behavior_logprobs[:, :R]})  # fmt: skip
+
+
+def chunks(rows: Tensor, size: int) -> list[Tensor]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+@torch.no_grad()
+def critic_values(policy, critic: str, batch: TurnBatch, micro_batch: int) -> Tensor:
+    """(N,) the critic's value of each turn's prompt."""
+    out = []
+    for rows in chunks(torch.arange(len(batch)), micro_batch):
+        x = trim(batch.select(rows)).to(policy.device)
+        out.append(policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], critic).float())
+    return torch.cat(out).cpu()
+
+
+def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: LearnerData, cfg, prefix: str = ""):
+    """Estimate advantages for `learner`'s rows and train it on them. Returns metrics."""
+    view = batch.select(data.rows)
+    if len(view) == 0:
+        return {}
+    algo, a = ALGORITHMS[cfg.algo.name], cfg.algo
+    values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
+    turns = turns_from_batch(view, data.reward[data.rows], values)
+    adv, returns = algo.advantages(turns, norm=a.norm, gamma=a.gamma, lam=a.gae_lambda, step_weight=a.step_weight)
+    if a.whiten_advantages:
+        adv = whiten(adv)
+    offpolicy = data.offpolicy[data.rows]
+    sums: dict[str, float] = {}
+    for _ in range(cfg.train.epochs):
+        for mb in torch.randperm(len(view)).chunk(cfg.train.minibatches):
+            for k, v in policy_step(acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], cfg).items():
+                sums[k] = sums.get(k, 0.0) + v
+            if learner.critic:
+                loss = critic_step(acc, policy, learner, view.select(mb), values[mb], returns[mb], cfg)
+                sums["loss/value"] = sums.get("loss/value", 0.0) + loss
+    steps = cfg.train.epochs * min(cfg.train.minibatches, len(view))
+    metrics = {k: v / steps for k, v in sums.items()}
+    metrics |= {"adv/mean": adv.mean().item(), "adv/abs_mean": adv.abs().mean().item(),
+                "reward/turn_mean": data.reward[data.rows].mean().item()}  # fmt: skip
+    return {prefix + k: v for k, v in metrics.items()}
+
+
+def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, cfg) -> dict:
+    """One optimizer step on one minibatch (accumulated over micro-batches)."""
+    a, r = cfg.algo, cfg.rspo
+    tokens = mb.response_mask.sum().clamp(min=1)
+    metrics: dict[str, float] = {}
+    for rows in chunks(torch.arange(len(mb)), cfg.train.micro_batch):
+        x = trim(mb.select(rows)).to(policy.device)
+        weight = x.response_mask.sum() / tokens  # this micro-batch's share of the token mean
+        with policy.use(learner.name):
+            logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, x.response_mask.shape[1],
+                                            with_entropy=a.entropy_coef > 0)  # fmt: skip
+        loss, m = policy_loss(logp, x.behavior_logprobs, adv[rows].to(logp.device), x.response_mask,
+                              clip_ratio=a.clip_ratio, dual_clip=a.dual_clip, offpolicy=offpolicy[rows].to(logp.device),
+                              offpolicy_method=r.offpolicy, offpolicy_clip=r.offpolicy_clip,
+                              shaping_gamma=r.shaping_gamma)  # fmt: skip
+        m["loss/policy"] = loss.item()
+        if a.kl_coef > 0:
+            with torch.no_grad(), policy.reference():
+                ref, _ = policy.logprobs(x.input_ids, x.attention_mask, x.response_mask.shape[1])
+            kl = low_var_kl(logp, ref, x.response_mask)
+            loss = loss + a.kl_coef * kl
+            m["loss/kl"] = kl.item()
+        if entropy is not None:
+            ent = masked_mean(entropy, x.response_mask)
+            loss = loss - a.entropy_coef * ent
+            m["loss/entropy"] = ent.item()
+        acc.backward(loss * weight)
+        for k, v in m.items():
+            metrics[k] = metrics.get(k, 0.0) + float(v) * weight.item()
+    params = policy.parameters_of(learner.name)
+    metrics["loss/grad_norm"] = float(acc.clip_grad_norm_(params, cfg.train.max_grad_norm))
+    learner.optimizer.step()
+    learner.scheduler.step()
+    learner.optimizer.zero_grad(set_to_none=True)
+    metrics["train/lr"] = learner.scheduler.get_last_lr()[0]
+    return metrics
+
+
+def critic_step(acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor, returns: Tensor, cfg) -> float:
+    """One critic optimizer step on one minibatch. Returns the value loss."""
+    total = 0.0
+    for rows in chunks(torch.arange(len(mb)), cfg.train.micro_batch):
+        x = trim(mb.select(rows)).to(policy.device)
+        v = policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], learner.critic)
+        loss, _ = value_loss(v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip)
+        acc.backward(loss * len(rows) / len(mb))
+        total += loss.item() * len(rows) / len(mb)
+    acc.clip_grad_norm_(policy.parameters_of(learner.critic), cfg.train.max_grad_norm)
+    learner.critic_optimizer.step()
+    learner.critic_optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def add_replay(batch: TurnBatch, buffer, tasks: list[tuple[str, int]], k: int, version: int, pad_id: int):
+    """Append up to `k` replayed explorer trajectories to each task's group (source = REPLAY)."""
+    parts, next_traj = [batch], int(batch.traj_id.max()) + 1
+    for group, (_, index) in enumerate(tasks):
+        for old in buffer.sample(index, k, version):
+            n = len(old)
+            ids = dict(group_id=torch.full((n,), group), traj_id=torch.full((n,), next_traj),
+                       source=torch.full((n,), REPLAY))  # fmt: skip
+            parts.append(TurnBatch(**{**old.__dict__, **ids}))
+            next_traj += 1
+    return cat(parts, pad_id) if len(parts) > 1 else batch
