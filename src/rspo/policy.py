@@ -1,0 +1,412 @@
+"""The policies RL trains: target, explorer (RSPO) and critic (PPO), on one base model.
+
+With LoRA (`model.lora.enabled`, the default) every policy is a named `peft` adapter on
+ONE frozen base: `"target"` (the model we ship), `"explorer"` (RSPO's process-reward
+agent, initialized as a copy of the target) and `"critic"` (PPO: its own adapter plus a
+value head `nn.Linear(hidden, 1)`). The reference policy for the KL term is the base with
+the adapters disabled, so it costs no memory. With full fine-tuning each policy is its
+own copy of the model, and the reference is a frozen copy made only if asked for.
+
+Selecting a policy: `with policy.use("explorer"): ...` makes every `logprobs` /
+`generate` call inside run that policy. Only the active adapter enters the graph, so a
+backward pass gives grads to its parameters only; the other adapters keep
+`requires_grad=True` (peft's `set_adapter` would switch them off), so one optimizer per
+policy over `parameters_of(name)` works: step the optimizer of the policy that just did
+the backward, and `zero_grad(set_to_none=True)` it before its next backward.
+
+Distributed training: every differentiable forward goes through `self.nets[name]`
+(an `nn.Module` whose `forward` returns logits or values). `wrap(accelerator.prepare)`
+swaps in the wrapped (DDP) modules. With LoRA all policies share one module and each
+backward touches one adapter, so DDP needs `find_unused_parameters=True`.
+
+Padding: prompts are left-padded, responses right-padded; attention masks are always
+passed in explicitly (pad may equal eos) and position ids are derived from them the way
+`generate` does, so a forward pass reproduces the sampling log-probs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import peft
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rspo.config import ModelConfig
+from rspo.models import Corpus, load_base
+
+POLICIES = ("target", "explorer")
+CRITIC = "critic"  # the target's critic; the explorer's is "explorer_critic"
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+def critic_name(policy: str) -> str:
+    """The name of `policy`'s critic (PPO): "critic" for the target, "<policy>_critic" otherwise."""
+    return CRITIC if policy == "target" else f"{policy}_{CRITIC}"
+
+
+def position_ids(attention_mask: Tensor) -> Tensor:
+    """Positions counted over real tokens only, as `generate` does for left padding. (N, L)"""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class PolicyNet(nn.Module):
+    """A causal LM (maybe a PeftModel) plus value heads by critic name: one forward per call."""
+
+    def __init__(self, lm: nn.Module, value_heads: dict[str, nn.Linear] | None = None):
+        super().__init__()
+        self.lm = lm
+        self.value_heads = nn.ModuleDict(value_heads or {})
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int = 0, value: str = "") -> Tensor:
+        """Logits of the last `logits_to_keep` positions (N, K, V), or critic `value`'s values (N,)."""
+        pos = position_ids(attention_mask)
+        if not value:
+            kw = {"position_ids": pos, "use_cache": False, "logits_to_keep": logits_to_keep}
+            return self.lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
+        hf = self.lm.get_base_model() if isinstance(self.lm, peft.PeftModel) else self.lm
+        out = hf.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
+        hidden = out.last_hidden_state  # (N, L, H)
+        last = attention_mask.shape[1] - 1 - attention_mask.flip(1).argmax(1)  # last real token, (N,)
+        h = hidden[torch.arange(len(last), device=last.device), last]  # (N, H)
+        return self.value_heads[value](h.float()).squeeze(-1)
+
+
+class Policy:
+    """Target/explorer policies (+ optional critics and reference) over one base model.
+
+    `critic=True` gives every policy its own critic (`critic_name(policy)`): with RSPO the
+    target's critic learns outcome values and the explorer's process-reward values.
+
+    Takes ownership of `model` (LoRA layers are injected into it in place).
+    `reference=True` is only needed for full fine-tuning with a KL term (it keeps a frozen
+    copy of the initial weights); with LoRA `reference()` always works.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        adapters: Iterable[str] = ("target",),
+        critic: bool = False,
+        reference: bool = False,
+    ):
+        self.names = list(dict.fromkeys(["target", *adapters]))
+        unknown = set(self.names) - set(POLICIES)
+        if unknown:
+            raise ValueError(f"unknown policies {sorted(unknown)}; choose from {POLICIES}")
+        self.lora = cfg.lora.enabled
+        self.tokenizer = tokenizer
+        self.has_critic = critic
+        self.critics = [critic_name(n) for n in self.names] if critic else []
+        self.active = "target"
+        self._in_reference = False
+        if cfg.gradient_checkpointing:  # non-reentrant: works with a frozen base (no input grads needed)
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        heads = {c: _value_head(model.config.hidden_size, model.device) for c in self.critics}
+        if self.lora:
+            self._setup_lora(cfg, model, heads)
+        else:
+            self._setup_full(model, heads, reference)
+
+    def _setup_lora(self, cfg: ModelConfig, model: PreTrainedModel, heads: dict[str, nn.Linear]) -> None:
+        self._peft = peft.get_peft_model(model, _lora_config(cfg), adapter_name="target")
+        for name in self.names[1:] + self.critics:
+            self._peft.add_adapter(name, _lora_config(cfg))
+        for name in self.names[1:]:
+            self.copy_weights("target", name)  # all policies start from the same initialization
+        self._peft.set_requires_grad(list(self._peft.peft_config), True)
+        net = PolicyNet(self._peft, heads)
+        self.nets = {name: net for name in self._all_names()}
+        self._raw = dict(self.nets)
+        self._ref_model = None
+
+    def _setup_full(self, model: PreTrainedModel, heads: dict[str, nn.Linear], reference: bool) -> None:
+        self.nets = {name: PolicyNet(model if name == "target" else copy.deepcopy(model)) for name in self.names}
+        for critic, head in heads.items():
+            lm = copy.deepcopy(model)
+            out = lm.get_output_embeddings()
+            if out is not None and out.weight is not lm.get_input_embeddings().weight:
+                out.requires_grad_(False)  # the critic never uses the LM head
+            self.nets[critic] = PolicyNet(lm, {critic: head})
+        self._raw = dict(self.nets)
+        self._ref_model = copy.deepcopy(model).requires_grad_(False).eval() if reference else None
+
+    def _all_names(self) -> list[str]:
+        return self.names + self.critics
+
+    # --- selecting a policy -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def use(self, name: str) -> Iterator[Policy]:
+        """Run `logprobs` / `generate` inside the block with policy `name`."""
+        if name not in self.names:
+            raise ValueError(f"unknown policy {name!r}; this Policy has {self.names}")
+        previous, self.active = self.active, name
+        self._set_adapter(name)
+        try:
+            yield self
+        finally:
+            self.active = previous
+            self._set_adapter(previous)
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[Policy]:
+        """Run `logprobs` / `generate` inside the block with the reference policy, under no_grad.
+
+        LoRA: the base model with every adapter disabled. Full FT: the frozen initial copy.
+        """
+        if not self.lora and self._ref_model is None:
+            raise RuntimeError("full fine-tuning keeps no reference model: build Policy(..., reference=True)")
+        previous, self._in_reference = self._in_reference, True
+        try:
+            with torch.no_grad(), self._peft.disable_adapter() if self.lora else contextlib.nullcontext():
+                yield self
+        finally:
+            self._in_reference = previous
+
+    def _set_adapter(self, name: str) -> None:
+        if self.lora and self._peft.active_adapter != name:
+            self._peft.set_adapter(name)  # this sets requires_grad=False on the other adapters:
+            self._peft.set_requires_grad(list(self._peft.peft_config), True)  # undo, for the optimizers
+
+    def _net(self, name: str) -> nn.Module:
+        """The (maybe wrapped) module to run for `name`, in train mode iff grads are on."""
+        if self._in_reference and not self.lora and name not in self.critics:
+            return PolicyNet(self._ref_model)
+        net = self.nets[name]
+        net.train(torch.is_grad_enabled())  # dropout only in differentiated forwards
+        return net
+
+    # --- forward passes -----------------------------------------------------------------
+
+    def logprobs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        response_len: int,
+        with_entropy: bool = False,
+        temperature: float = 1.0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Log-prob (and entropy) of each of the last `response_len` tokens, active policy.
+
+        input_ids, attention_mask: (N, L), prompt left-padded + response right-padded.
+        Returns (N, R) float32 log-probs and (N, R) entropies (None unless asked). Logits are
+        divided by `temperature` (use the sampling temperature). Only the R response
+        positions' logits are computed, and cast to float32.
+        """
+        R = response_len
+        logits = self._net(self.active)(input_ids, attention_mask, logits_to_keep=R + 1)[:, :-1]  # (N, R, V)
+        logits = logits.float() / temperature
+        lse = logits.logsumexp(-1)  # (N, R)
+        logp = logits.gather(-1, input_ids[:, -R:, None]).squeeze(-1) - lse
+        if not with_entropy:
+            return logp, None
+        entropy = lse - (logits.softmax(-1) * logits).sum(-1)  # H = logsumexp - E_p[logit]
+        return logp, entropy
+
+    def values(self, input_ids: Tensor, attention_mask: Tensor, critic: str = CRITIC) -> Tensor:
+        """Critic `critic`'s value of each row's last real token (the prompt's end): (N,) float32.
+
+        Call it outside `reference()` (which disables every adapter, the critic's too).
+        """
+        if critic not in self.critics:
+            raise RuntimeError(
+                f"no critic {critic!r} in this Policy (it has {self.critics}); build it with critic=True"
+            )
+        self._set_adapter(critic)
+        try:
+            return self._net(critic)(input_ids, attention_mask, value=critic)
+        finally:
+            self._set_adapter(self.active)
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, attention_mask: Tensor, **kwargs) -> Tensor:
+        """`model.generate` with the active (or reference) policy, eval mode, no grads."""
+        lm = self._ref_model if self._in_reference and not self.lora else self._raw[self.active].lm
+        lm.eval()
+        return lm.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    # --- parameters, copies, wrapping ---------------------------------------------------
+
+    def parameters_of(self, name: str) -> list[nn.Parameter]:
+        """The trainable parameters of one policy (or "critic"), for its optimizer."""
+        if name not in self._all_names():
+            raise ValueError(f"unknown policy {name!r}; this Policy has {self._all_names()}")
+        net = self._raw[name]
+        if self.lora:
+            params = [p for n, p in self._peft.named_parameters() if "lora_" in n and f".{name}." in n]
+        else:
+            params = [p for p in net.lm.parameters() if p.requires_grad]
+        return params + (list(net.value_heads[name].parameters()) if name in self.critics else [])
+
+    @torch.no_grad()
+    def copy_weights(self, src: str, dst: str) -> None:
+        """Copy policy `src`'s trainable weights into `dst` in place (optimizer state is kept)."""
+        if self.lora:
+            named = dict(self._peft.named_parameters())
+            for n, p in named.items():
+                if "lora_" in n and f".{src}." in n:
+                    named[n.replace(f".{src}.", f".{dst}.")].copy_(p)
+        else:
+            self._raw[dst].lm.load_state_dict(self._raw[src].lm.state_dict())
+
+    def wrap(self, prepare: Callable[[nn.Module], nn.Module]) -> None:
+        """Replace each trainable module by `prepare(module)` (e.g. `accelerator.prepare`)."""
+        wrapped: dict[int, nn.Module] = {}
+        for name, net in self._raw.items():
+            wrapped.setdefault(id(net), prepare(net))
+            self.nets[name] = wrapped[id(net)]
+
+    def to(self, device: torch.device | str) -> Policy:
+        for net in {id(n): n for n in self._raw.values()}.values():
+            net.to(device)
+        if self._ref_model is not None:
+            self._ref_model.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self._raw["target"].parameters()).device
+
+    # --- saving and loading -------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> None:
+        """Write every policy to `directory/<name>/` and the tokenizer to `directory/`.
+
+        LoRA: stock peft adapter dirs (`PeftModel.from_pretrained(base, directory/"target")`
+        loads one). Full FT: `save_pretrained` dirs (with the tokenizer: standalone models).
+        Each critic's value head goes to `directory/<critic>/value_head.safetensors`.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.save_pretrained(directory)
+        if self.lora:
+            self._peft.save_pretrained(directory, selected_adapters=self._all_names())
+        else:
+            for name in self._all_names():
+                self._raw[name].lm.save_pretrained(directory / name)
+                self.tokenizer.save_pretrained(directory / name)
+        for critic in self.critics:
+            save_file(self._raw[critic].value_heads[critic].state_dict(), directory / critic / VALUE_HEAD_FILE)
+        meta = {"lora": self.lora, "policies": self.names, "critic": self.has_critic}
+        (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    def load(self, directory: str | Path, names: Iterable[str] | None = None) -> list[str]:
+        """Load weights saved by `save` in place; returns the names loaded.
+
+        `names=None` loads every policy of this object that `directory` holds.
+        """
+        directory = Path(directory)
+        meta_file = directory / "policy.json"
+        if meta_file.is_file() and json.loads(meta_file.read_text())["lora"] != self.lora:
+            raise ValueError(f"{directory} was saved with lora.enabled={not self.lora}, this run has {self.lora}")
+        if names is None:
+            names = [n for n in self._all_names() if (directory / n).is_dir()]
+        names = list(names)
+        for name in names:
+            sub = directory / name
+            if not sub.is_dir():
+                raise FileNotFoundError(f"{sub} does not exist (saved policies: {_saved(directory)})")
+            if self.lora:
+                state = peft.utils.load_peft_weights(str(sub), device=str(self.device))
+                result = peft.set_peft_model_state_dict(self._peft, state, adapter_name=name)
+                if result.unexpected_keys:
+                    raise ValueError(f"{sub}: weights that do not fit this model: {result.unexpected_keys[:3]}")
+            else:
+                _load_safetensors(self._raw[name].lm, sub)
+            if name in self.critics:
+                head = self._raw[name].value_heads[name]
+                head.load_state_dict(load_file(sub / VALUE_HEAD_FILE, device=str(self.device)))
+        return names
+
+    def merged_target(self) -> PreTrainedModel:
+        """A plain HF model of the target policy (LoRA merged into a copy of the base)."""
+        if not self.lora:
+            return copy.deepcopy(self._raw["target"].lm)
+        model = copy.deepcopy(self._peft)
+        model.set_adapter("target")
+        for name in self._all_names():
+            if name != "target":
+                model.delete_adapter(name)
+        return model.merge_and_unload()
+
+
+def build_policy(
+    cfg: ModelConfig,
+    corpus: Corpus | None = None,
+    adapters: Iterable[str] = ("target",),
+    critic: bool = False,
+    reference: bool = False,
+    device: torch.device | str | None = None,
+) -> Policy:
+    """`load_base` + `Policy`, then weights from `cfg.init_from` if set.
+
+    `init_from` is either a full Hugging Face model directory (e.g. the `rspo sft` warm
+    start, which saves a merged model): it replaces the base model, and fresh adapters go
+    on top; or a policy directory written by `Policy.save` (a checkpoint's `policy/`):
+    its weights load into the policies. Policies that checkpoint lacks start as copies of
+    its target; a critic it lacks starts fresh.
+    """
+    if cfg.init_from and not Path(cfg.init_from).is_dir():
+        raise FileNotFoundError(f"model.init_from={cfg.init_from}: no such directory")
+    if cfg.init_from and (Path(cfg.init_from) / "config.json").is_file():  # a full HF model
+        cfg = dataclasses.replace(cfg, name=cfg.init_from, init_from="")
+    model, tokenizer = load_base(cfg, corpus)
+    policy = Policy(cfg, model, tokenizer, adapters=adapters, critic=critic, reference=reference)
+    if device is not None:
+        policy.to(device)
+    if cfg.init_from:
+        loaded = policy.load(cfg.init_from)
+        if "target" not in loaded:
+            raise FileNotFoundError(f"model.init_from={cfg.init_from}: no target policy saved there")
+        for name in policy.names:
+            if name not in loaded:
+                policy.copy_weights("target", name)
+    return policy
+
+
+def _lora_config(cfg: ModelConfig) -> peft.LoraConfig:
+    lc = cfg.lora
+    kw = {"lora_alpha": lc.alpha, "lora_dropout": lc.dropout, "target_modules": list(lc.target_modules)}
+    return peft.LoraConfig(r=lc.r, task_type="CAUSAL_LM", **kw)
+
+
+def _value_head(hidden_size: int, device: torch.device) -> nn.Linear:
+    """float32, zero-initialized: every value starts at 0 (the head's grads are nonzero from step 1)."""
+    head = nn.Linear(hidden_size, 1, device=device)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head
+
+
+def _load_safetensors(model: nn.Module, directory: Path) -> None:
+    """Load a (maybe sharded) `save_pretrained` directory into `model` in place."""
+    files = sorted(directory.glob("model*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors weights")
+    device = str(next(model.parameters()).device)
+    missing = set(model.state_dict())
+    for f in files:
+        result = model.load_state_dict(load_file(f, device=device), strict=False)
+        if result.unexpected_keys:
+            raise ValueError(f"{f}: weights that do not fit this model: {result.unexpected_keys[:3]}")
+        missing &= set(result.missing_keys)
+    tied = {n for n in missing if n.endswith("lm_head.weight")}  # tied to the embeddings, not saved
+    if missing - tied:
+        raise ValueError(f"{directory}: weights missing: {sorted(missing - tied)[:3]}")
+
+
+def _saved(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.is_dir())
