@@ -83,6 +83,10 @@ class WebshopConfig:
     outcome: str = "success"  # outcome reward channel: success (score == 1) | score
     max_steps: int = 15
     seed: int = 0
+    backend: str = "generated"  # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
+    real_file_path: str = ""  # real backend: its products file; empty = web_agent_site's default
+    real_num_products: int = 0  # real backend: 0 = all; its indexes exist for 100, 1000, 100000
+    real_human_goals: bool = True  # real backend: human-written goals (else its synthetic ones)
 
 
 @dataclass
@@ -206,6 +210,7 @@ CHOICES: dict[str, list[str]] = {
     "model.dtype": ["float32", "bfloat16"],
     "env.name": ["alfworld", "webshop"],
     "env.webshop.outcome": ["success", "score"],
+    "env.webshop.backend": ["generated", "real"],
     "algo.name": ["grpo", "ppo", "gigpo"],
     "algo.norm": ["mean_std", "mean"],
     "reward.mode": ["outcome", "process", "shaped", "rspo"],

@@ -1,0 +1,405 @@
+"""WebShop (text mode) over a generated catalog, behind the `TextEnv` interface.
+
+Pages, text and actions follow the real WebShop's text mode (see docs/ENVS.md):
+
+    start    WebShop [SEP] Instruction: [SEP] <goal> [SEP] Search
+    results  Instruction: [SEP] <goal> [SEP] Back to Search [SEP] Page 1 (Total results: N)
+             [SEP] Next > [SEP] <ASIN> [SEP] <Title> [SEP] <price> ...
+    item     Instruction: [SEP] <goal> [SEP] Back to Search [SEP] < Prev [SEP] <option name>
+             [SEP] <value> ... [SEP] <Title> [SEP] Price: <price> [SEP] Rating: <r>
+             [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now
+    sub-page Instruction: [SEP] <goal> [SEP] Back to Search [SEP] < Prev [SEP] <text> ...
+    done     Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] <score>
+
+`search[query]` works on the start page only; `click[x]` when lowercased x is a clickable
+of the current page; anything else is a no-op (valid=False, reward 0). Only `buy now`
+ends an episode early; `max_steps` steps (valid or not) end it too. As in WebShop the
+item page does not show which options are selected.
+
+Rewards. outcome: on the purchase step, the score (`outcome=score`) or 1 when the score
+is 1 (`outcome=success`). process: a potential difference Φ(s') − Φ(s), where
+Φ(s) = the score the viewed item with the selected options would get if bought now, on
+an item page or its Description/Features/Reviews sub-pages (the item stays in the
+session there), and 0 on the start and results pages. The terminal state's Φ is the
+episode's score (0 when the step cap ends it unbought), so the process rewards of an
+episode always sum to its final score.
+
+`WebshopEnv(cfg)` with `cfg.backend == "real"` returns a `RealWebshopEnv` instead, which
+drives princeton-nlp's own `WebAgentTextEnv` (when installed) through the same interface.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rspo.config import WebshopConfig
+from rspo.envs.base import EnvState, TextEnv
+from rspo.envs.webshop_catalog import Goal, Product, Shop, goal_target, load_shop, make_goal, product_reviews
+from rspo.envs.webshop_reward import get_reward, option_matches
+
+SEP = " [SEP] "
+PAGE_SIZE = 10  # results per page
+SUB_PAGES = ("description", "features", "reviews")
+SEARCH_PLACEHOLDER = "search[...]"
+SPLITS = ("train", "test")
+_ACTION = re.compile(r"(search|click)\[(.*)\]", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass
+class Session:
+    """Where the shopper is: the page, the last search and the viewed item."""
+
+    page: str = "start"  # start | results | item | description | features | reviews | done
+    query: str = ""
+    results: list[int] = field(default_factory=list)  # product indices, best first
+    page_no: int = 1
+    item: int | None = None  # viewed product
+    options: dict[str, str] = field(default_factory=dict)  # option name -> selected value
+
+    def listed(self) -> list[int]:
+        return self.results[(self.page_no - 1) * PAGE_SIZE : self.page_no * PAGE_SIZE]
+
+
+def parse_action(action: object) -> tuple[str, str] | None:
+    """'click[Buy Now]' -> ('click', 'buy now'); None when it is not an action."""
+    if not isinstance(action, str):
+        return None
+    m = _ACTION.fullmatch(action.strip())
+    return (m.group(1).lower(), m.group(2).strip().lower()) if m else None
+
+
+# ---- pages ------------------------------------------------------------------------------
+
+
+def render(shop: Shop, s: Session, instruction: str, score: float = 0.0) -> str:
+    """The text-mode observation of the session's page."""
+    if s.page == "start":
+        return SEP.join(["WebShop", "Instruction:", instruction, "Search"])
+    if s.page == "done":
+        return SEP.join(["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", str(score)])
+    head = ["Instruction:", instruction, "Back to Search"]
+    if s.page == "results":
+        head.append(f"Page {s.page_no} (Total results: {len(s.results)})")
+        head += ["< Prev"] * (s.page_no > 1) + ["Next >"] * (s.page_no * PAGE_SIZE < len(s.results))
+        for i in s.listed():
+            p = shop.products[i]
+            head += [p.asin, p.title, p.price_text]
+        return SEP.join(head)
+    p = shop.products[s.item]
+    head.append("< Prev")
+    if s.page == "item":
+        for name, values in p.options.items():
+            head += [name, *values]
+        head += [p.title, f"Price: {p.price_text}", f"Rating: {p.rating}", "Description", "Features", "Reviews"]
+        return SEP.join(head + ["Buy Now"])
+    if s.page == "description":
+        return SEP.join(head + [p.description or "No Description"])
+    if s.page == "features":
+        return SEP.join(head + list(p.bullets))
+    reviews = [x for title, stars, body in product_reviews(p) for x in (f'"{title}"', str(stars), body)]
+    return SEP.join(head + (reviews or ["No reviews found"]))
+
+
+def clickables(shop: Shop, s: Session) -> list[str]:
+    """The page's clickable texts, lower-cased, in page order."""
+    if s.page in ("start", "done"):
+        return []
+    if s.page == "results":
+        nav = ["< prev"] * (s.page_no > 1) + ["next >"] * (s.page_no * PAGE_SIZE < len(s.results))
+        return ["back to search", *nav, *(shop.products[i].asin.lower() for i in s.listed())]
+    if s.page == "item":
+        values = [v for vs in shop.products[s.item].options.values() for v in vs]
+        return ["back to search", "< prev", *values, *SUB_PAGES, "buy now"]
+    return ["back to search", "< prev"]
+
+
+def click(shop: Shop, s: Session, target: str) -> None:
+    """Apply a click on `target` (a clickable of the page) to the session."""
+    if target == "back to search":
+        s.page, s.query, s.results, s.item, s.options = "start", "", [], None, {}
+    elif s.page == "results":
+        if target in ("< prev", "next >"):
+            s.page_no += 1 if target == "next >" else -1
+        else:
+            s.page, s.item, s.options = "item", shop.by_asin[target], {}
+    elif s.page == "item" and target == "< prev":
+        s.page, s.item, s.options = "results", None, {}
+    elif s.page == "item" and target in SUB_PAGES:
+        s.page = target
+    elif s.page == "item":  # an option value
+        names = {v: name for name, vs in shop.products[s.item].options.items() for v in vs}
+        s.options[names[target]] = target
+    else:  # '< prev' on a sub-page
+        s.page = "item"
+
+
+# ---- the environment ---------------------------------------------------------------------
+
+
+class WebshopEnv(TextEnv):
+    """WebShop over a generated catalog; splits: test = goals 0..num_test_goals-1, train = the rest."""
+
+    def __new__(cls, cfg: WebshopConfig):
+        if cfg.backend == "real":  # not a WebshopEnv, so Python does not call __init__ below
+            return RealWebshopEnv(cfg)
+        return super().__new__(cls)
+
+    def __init__(self, cfg: WebshopConfig):
+        if not 0 <= cfg.num_test_goals <= cfg.num_goals:
+            raise ValueError(
+                f"webshop: need 0 <= num_test_goals <= num_goals, got {cfg.num_test_goals}, {cfg.num_goals}"
+            )
+        self.cfg = cfg
+        self.max_steps = cfg.max_steps
+        self.shop = load_shop(cfg.num_products, cfg.seed)
+        self.goal: Goal | None = None
+        self.session = Session()
+        self._state: EnvState | None = None
+        self._steps = 0
+
+    def num_tasks(self, split: str) -> int:
+        if split not in SPLITS:
+            raise ValueError(f"webshop: unknown split {split!r} (valid splits: {', '.join(SPLITS)})")
+        return self.cfg.num_test_goals if split == "test" else self.cfg.num_goals - self.cfg.num_test_goals
+
+    def make_goal(self, split: str, index: int) -> Goal:
+        """Task `index` of `split` (test: goal index; train: num_test_goals + index)."""
+        n = self.num_tasks(split)
+        if not 0 <= index < n:
+            raise IndexError(f"webshop: task {index} out of range for split {split!r} ({n} tasks)")
+        goal_id = index if split == "test" else self.cfg.num_test_goals + index
+        target = goal_target(goal_id, len(self.shop.products), self.cfg.seed)
+        return make_goal(self.shop.products[target], goal_id, self.cfg.seed)
+
+    def reset(self, split: str, index: int) -> EnvState:
+        self.goal = self.make_goal(split, index)
+        self.session = Session()
+        self._steps = 0
+        self._state = self._observe(valid=True, phi_before=0.0)
+        return self._state
+
+    def step(self, action: str) -> EnvState:
+        if self._state is None:
+            raise RuntimeError("webshop: call reset() before step()")
+        if self._state.done:  # nothing happens after the end; the state is repeated
+            return EnvState(**{**vars(self._state), "outcome": 0.0, "process": 0.0, "valid": False})
+        phi_before = self.potential()
+        self._steps += 1
+        parsed = parse_action(action)
+        valid = parsed is not None and self._apply(*parsed)
+        self._state = self._observe(valid, phi_before)
+        return self._state
+
+    def _apply(self, verb: str, arg: str) -> bool:
+        """Change the session for a well-formed action; False when it is a no-op."""
+        if verb == "search":
+            if self.session.page != "start" or not arg:
+                return False
+            self.session.page, self.session.query, self.session.page_no = "results", arg, 1
+            self.session.results = self.shop.index.search(arg)
+            return True
+        if arg not in clickables(self.shop, self.session):
+            return False
+        if arg == "buy now":
+            self.session.page = "done"
+        else:
+            click(self.shop, self.session, arg)
+        return True
+
+    def potential(self) -> float:
+        """Φ: the score of buying the viewed item with the selected options now (0 off item pages)."""
+        s = self.session
+        if s.item is None or s.page not in ("item", *SUB_PAGES):
+            return 0.0
+        return get_reward(self.shop.products[s.item], self.goal, s.options)[0]
+
+    def _observe(self, valid: bool, phi_before: float) -> EnvState:
+        s, goal = self.session, self.goal
+        bought = s.page == "done"
+        score, reward_info = get_reward(self.shop.products[s.item], goal, s.options) if bought else (0.0, {})
+        done = bought or self._steps >= self.max_steps
+        phi = score if done else self.potential()
+        outcome = (score if self.cfg.outcome == "score" else float(score == 1.0)) if bought else 0.0
+        text = render(self.shop, s, goal.instruction_text, score)
+        admissible = [SEARCH_PLACEHOLDER] if s.page == "start" else [f"click[{c}]" for c in clickables(self.shop, s)]
+        info = {"page": s.page, "goal_asin": goal.asin, "options": dict(s.options), "phi": phi, "steps": self._steps}
+        if s.item is not None:
+            info["asin"] = self.shop.products[s.item].asin
+        if bought:
+            info["reward_info"] = reward_info
+        return EnvState(
+            observation=text,
+            admissible=admissible if not done else [],
+            task=goal.instruction_text,
+            task_type=goal.category,
+            done=done,
+            outcome=outcome,
+            process=phi - phi_before,
+            won=bought and score == 1.0,
+            score=score,
+            valid=valid,
+            info=info,
+        )
+
+    def expert_action(self) -> str:
+        """The rule-based expert's next action; '' when no episode is running (never raises)."""
+        if self._state is None or self._state.done:
+            return ""
+        return expert_action(self.shop, self.goal, self.session)
+
+
+# ---- the rule-based expert ------------------------------------------------------------
+
+
+def expert_options(product: Product, goal: Goal) -> dict[str, str]:
+    """The options the expert selects: per goal option, the goal's value if offered, else a matching one."""
+    chosen = {}
+    for name, values in product.options.items():
+        if name not in goal.options:
+            continue
+        if goal.options[name] in values:
+            chosen[name] = goal.options[name]
+            continue
+        for v in values:
+            if option_matches(product, list(goal.options.values()), {name: v}):
+                chosen[name] = v
+                break
+    return chosen
+
+
+def best_score(product: Product, goal: Goal) -> float:
+    """The score the expert can reach with `product`."""
+    return get_reward(product, goal, expert_options(product, goal))[0]
+
+
+def expert_query(goal: Goal) -> str:
+    """The goal's words, less the price clause."""
+    return goal.instruction_text.split(", and price lower than")[0]
+
+
+def expert_action(shop: Shop, goal: Goal, s: Session) -> str:
+    """Search with the goal's words; open the first listed item that can score 1 (else page on,
+    else the best listed); select the goal's options; buy. A pure function of the state."""
+    if s.page == "start":
+        return f"search[{expert_query(goal)}]"
+    if s.page in SUB_PAGES:
+        return "click[< prev]"
+    listed = s.listed()
+    scores = [best_score(shop.products[i], goal) for i in listed]
+    if s.page == "results":
+        if not listed:
+            return "click[back to search]"
+        if 1.0 not in scores and s.page_no * PAGE_SIZE < len(s.results):
+            return "click[next >]"
+        best = listed[scores.index(1.0)] if 1.0 in scores else listed[scores.index(max(scores))]
+        return f"click[{shop.products[best].asin.lower()}]"
+    product = shop.products[s.item]
+    if listed and best_score(product, goal) < max(scores):
+        return "click[< prev]"
+    for name, value in expert_options(product, goal).items():
+        if s.options.get(name) != value:
+            return f"click[{value}]"
+    return "click[buy now]"
+
+
+# ---- the real WebShop ---------------------------------------------------------------------
+
+REAL_HINT = (
+    "env.webshop.backend=real needs princeton-nlp's WebShop: clone github.com/princeton-nlp/WebShop, "
+    "run its setup.sh (product data and search index) and `pip install -e .` it; "
+    "or use env.webshop.backend=generated"
+)
+
+
+class RealWebshopEnv(TextEnv):
+    """The real WebShop (`web_agent_site`'s `WebAgentTextEnv`, text mode) behind `TextEnv`.
+
+    Goals are its own (`real_human_goals`: the human instructions); test = goals
+    0..num_test_goals-1, train = the rest. Actions follow the same contract as above;
+    Φ uses its own `get_reward` on the session's item and options. It has no expert.
+    """
+
+    def __init__(self, cfg: WebshopConfig):
+        try:
+            from web_agent_site.engine.goal import get_reward as real_reward
+            from web_agent_site.envs.web_agent_text_env import WebAgentTextEnv
+        except ImportError as e:
+            raise ImportError(REAL_HINT) from e
+        kwargs = {"observation_mode": "text", "human_goals": cfg.real_human_goals}
+        kwargs["num_products"] = cfg.real_num_products or None  # None: all products
+        if cfg.real_file_path:
+            kwargs["file_path"] = cfg.real_file_path
+        self.cfg, self.max_steps = cfg, cfg.max_steps
+        self._env, self._reward = WebAgentTextEnv(**kwargs), real_reward
+        self._goals = self._env.server.goals
+        self._state: EnvState | None = None
+
+    def num_tasks(self, split: str) -> int:
+        if split not in SPLITS:
+            raise ValueError(f"webshop: unknown split {split!r} (valid splits: {', '.join(SPLITS)})")
+        n_test = min(self.cfg.num_test_goals, len(self._goals))
+        return n_test if split == "test" else len(self._goals) - n_test
+
+    def reset(self, split: str, index: int) -> EnvState:
+        if not 0 <= index < self.num_tasks(split):
+            raise IndexError(f"webshop: task {index} out of range for split {split!r}")
+        goal_id = index if split == "test" else min(self.cfg.num_test_goals, len(self._goals)) + index
+        self._env.reset(session=goal_id)
+        self._goal, self._steps, self._phi = self._goals[goal_id], 0, 0.0
+        self._state = self._observe(self._env.observation, valid=True, reward=0.0, bought=False)
+        return self._state
+
+    def step(self, action: str) -> EnvState:
+        if self._state is None:
+            raise RuntimeError("webshop: call reset() before step()")
+        if self._state.done:
+            return EnvState(**{**vars(self._state), "outcome": 0.0, "process": 0.0, "valid": False})
+        self._steps += 1
+        parsed, page = parse_action(action), self._env.get_available_actions()
+        valid = (
+            parsed is not None
+            and bool(parsed[1])
+            and (
+                (parsed[0] == "search" and page["has_search_bar"])
+                or (parsed[0] == "click" and parsed[1] in page["clickables"] and parsed[1] != "search")
+            )
+        )
+        obs, reward, bought = self._env.observation, 0.0, False
+        if valid:
+            obs, reward, bought, _ = self._env.step(f"{parsed[0]}[{parsed[1]}]")
+        self._state = self._observe(obs, valid, float(reward), bool(bought))
+        return self._state
+
+    def _potential(self) -> float:
+        session = self._env.server.user_sessions[self._env.session]
+        url = self._env.browser.current_url or ""
+        on_item = "item_page" in url or "item_sub_page" in url
+        if not on_item or not session.get("asin"):
+            return 0.0
+        asin = session["asin"]
+        product, price = self._env.server.product_item_dict[asin], self._env.server.product_prices[asin]
+        return float(self._reward(product, self._goal, price=price, options=session["options"]))
+
+    def _observe(self, obs: str, valid: bool, reward: float, bought: bool) -> EnvState:
+        done = bought or self._steps >= self.max_steps
+        phi_before, self._phi = self._phi, (reward if done else self._potential())
+        page = self._env.get_available_actions() if not done else {"has_search_bar": False, "clickables": []}
+        admissible = [SEARCH_PLACEHOLDER] * page["has_search_bar"]
+        admissible += [f"click[{c}]" for c in page["clickables"] if c != "search"]
+        return EnvState(
+            observation=obs,
+            admissible=admissible,
+            task=self._goal["instruction_text"],
+            task_type=self._goal.get("category", ""),
+            done=done,
+            outcome=(reward if self.cfg.outcome == "score" else float(reward == 1.0)) if bought else 0.0,
+            process=self._phi - phi_before,
+            won=bought and reward == 1.0,
+            score=reward,
+            valid=valid,
+            info={"phi": self._phi, "steps": self._steps},
+        )
+
+    def expert_action(self) -> str:
+        raise NotImplementedError("webshop: the real WebShop backend has no expert (use backend=generated for demos)")
