@@ -1,0 +1,94 @@
+"""Vectorized advantage estimators vs their loop references, measured in one run.
+
+    PYTHONPATH=src python benchmarks/bench_estimators.py [--quick] [--turns N]
+
+Prints, per estimator (grpo, gigpo, ppo-gae), the median time of the vectorized version on
+CPU (and CUDA when available), the loop reference's time and their ratio. A loop reference
+that would take too long at full N is timed on a prefix of the batch and scaled linearly
+(the references are linear in N); the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+
+from rspo.algorithms import Turns, random_turns
+from rspo.algorithms.gigpo import gigpo_advantages, gigpo_advantages_loop
+from rspo.algorithms.grpo import grpo_advantages, grpo_advantages_loop
+from rspo.algorithms.ppo import ppo_advantages, ppo_advantages_loop
+
+KW = dict(norm="mean_std", gamma=0.95, lam=0.95, step_weight=1.0)
+ESTIMATORS = {
+    "grpo": (grpo_advantages, grpo_advantages_loop),
+    "gigpo": (gigpo_advantages, gigpo_advantages_loop),
+    "ppo-gae": (ppo_advantages, ppo_advantages_loop),
+}
+
+
+def make_turns(n: int, seed: int = 0) -> Turns:
+    """Exactly n turns: trajectories of 1..16 turns in groups of 8, 3 anchor states per turn index."""
+    turns = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed)
+    return turns.select(torch.arange(n))
+
+
+def timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Best (minimum) wall time of `fn` over `repeats` calls, in seconds, after one warm-up call.
+
+    The minimum is the least noisy estimate on a shared machine (as `timeit` advises).
+    """
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def time_loop(loop: Callable[[Turns], object], turns: Turns, budget_s: float) -> tuple[float, str]:
+    """Loop reference time at full N, or scaled from a prefix when full N would exceed the budget."""
+    n = len(turns)
+    sub = min(n, 4096)
+    t_sub = timed(lambda: loop(turns.select(torch.arange(sub)), **KW), repeats=3)
+    if sub == n or t_sub * n / sub <= budget_s:
+        return timed(lambda: loop(turns, **KW), repeats=3), "full N"
+    return t_sub * n / sub, f"timed on {sub} turns, scaled x{n / sub:.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N = 8,192 and fewer repeats")
+    parser.add_argument("--turns", type=int, default=None, help="N (default 65,536)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a per-core ratio)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    n = args.turns or (8192 if args.quick else 65536)
+    repeats, budget = (5, 5.0) if args.quick else (20, 60.0)
+    torch.manual_seed(0)
+    turns = make_turns(n)
+    cuda = torch.cuda.is_available()
+    num_traj = int(torch.unique(turns.traj_id).numel())
+    device = f", CUDA {torch.cuda.get_device_name()}" if cuda else ", no CUDA"
+    threads = torch.get_num_threads()
+    print(f"N = {n:,} turns, {num_traj:,} trajectories, torch {torch.__version__}, {threads} CPU threads{device}")
+    print(f"{'estimator':<10}{'vectorized CPU':>16}{'loop reference':>16}{'ratio':>9}  {'CUDA':>10}  loop timing")
+    for name, (fast, loop) in ESTIMATORS.items():
+        t_fast = timed(lambda fast=fast: fast(turns, **KW), repeats)
+        t_loop, how = time_loop(loop, turns, budget)
+        t_cuda = ""
+        if cuda:
+            cu = Turns(**{k: v.cuda() for k, v in turns.__dict__.items()})
+            t = timed(lambda fast=fast, cu=cu: fast(cu, **KW), repeats, torch.cuda.synchronize)
+            t_cuda = f"{t * 1e3:8.3f} ms"
+        print(f"{name:<10}{t_fast * 1e3:13.2f} ms{t_loop * 1e3:13.1f} ms{t_loop / t_fast:8.0f}x  {t_cuda:>10}  {how}")
+    print("loop references: pure Python over lists (see *_loop); both sides on one core; best of repeats")
+
+
+if __name__ == "__main__":
+    main()

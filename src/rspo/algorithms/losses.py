@@ -1,0 +1,136 @@
+"""Policy losses over response tokens: PPO clip (dual-clip optional), the off-policy
+correction for RSPO's explorer tokens, KL to the reference, entropy.
+
+Notation
+  N  turns (rows);  R  response tokens (right-padded);  V  vocabulary
+  mask (N, R)  1 on tokens we train on (the one mask convention)
+  logp (N, R)  log pi_theta of each sampled token, carries gradient
+  logp_old     log-prob when the batch was sampled (no gradient)
+  A    (N,)    advantage of the row's turn, broadcast to its tokens
+
+PPO clipped surrogate (Schulman et al. 2017), written as a loss to minimize:
+    r_t  = exp(logp - logp_old)
+    L_t  = max(-A r_t, -A clip(r_t, 1 - eps, 1 + eps))
+Dual-clip (Ye et al. 2020), for A < 0 only, bounds the loss of a very large ratio:
+    L_t  = min(L_t, -c A)                       (c > 1; off when dual_clip = 0)
+Token-mean aggregation over every masked token of the batch (DAPO-style, as verl's
+"token-mean"):  loss = sum_{n,t} mask L / sum_{n,t} mask.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rspo.offpolicy import offpolicy_token_loss
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, denom: float | Tensor | None = None) -> Tensor:
+    """sum(x * mask) / sum(mask) (over `dim`, or all elements). Empty masks give 0.
+
+    `denom` replaces sum(mask): pass a minibatch's token count to a micro-batch so that
+    summing micro-batch losses gives the minibatch's token-mean.
+    """
+    mask = mask.to(x.dtype)
+    total = (x * mask).sum() if dim is None else (x * mask).sum(dim)
+    if denom is None:
+        denom = mask.sum() if dim is None else mask.sum(dim)
+    return total / torch.as_tensor(denom, dtype=x.dtype, device=x.device).clamp(min=1)
+
+
+def logprobs_from_logits(logits: Tensor, labels: Tensor) -> Tensor:
+    """log softmax(logits)[labels]: (N, R, V), (N, R) -> (N, R), without materializing log_softmax."""
+    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (N, R)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """H = logsumexp(z) - sum_v softmax(z)_v z_v : (N, R, V) -> (N, R)."""
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+
+
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(pi_theta || pi_ref) (Schulman 2020), clamped as verl does.
+
+    kl = exp(ref - logp) - (ref - logp) - 1  >= 0,  log-ratio clamped to [-20, 20],
+    result clamped to [-10, 10]
+    """
+    log_ratio = (ref_logprobs - logprobs).clamp(-20, 20)  # (N, R)
+    return (log_ratio.exp() - log_ratio - 1).clamp(-10, 10)
+
+
+def low_var_kl(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, denom: float | Tensor | None = None) -> Tensor:
+    """Token-mean of `kl_k3` over the mask -> scalar (the `algo.kl_coef` term)."""
+    return masked_mean(kl_k3(logprobs, ref_logprobs), mask, denom=denom)
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_ratio: float,
+    dual_clip: float = 0.0,
+    offpolicy: Tensor | None = None,
+    offpolicy_method: str = "clip",
+    offpolicy_clip: float = 2.0,
+    shaping_gamma: float = 0.1,
+    denom: float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped policy loss, token-mean over the batch -> (loss scalar, metrics).
+
+    logprobs, old_logprobs, mask: (N, R); advantages: (N,).
+    offpolicy (N,) bool: rows sampled by another policy (RSPO explorer / replay). Their
+      tokens use `rspo.offpolicy.offpolicy_token_loss` instead of the PPO clip, and for
+      those rows `old_logprobs` must hold the *behavior* log-probs recorded at sampling
+      (`TurnBatch.behavior_logprobs`). On-policy rows are unchanged by the flag.
+    denom: token count to divide by (default: mask.sum() of this call); see `masked_mean`.
+    """
+    if dual_clip and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be 0 (off) or > 1, got {dual_clip}")
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.unsqueeze(1).to(logprobs.dtype)  # (N, 1)
+    log_ratio = logprobs - old_logprobs  # (N, R)
+    ratio = torch.exp(log_ratio.clamp(-20, 20))  # (N, R)
+    pg_unclipped = -adv * ratio  # (N, R)
+    pg_clipped = -adv * ratio.clamp(1 - clip_ratio, 1 + clip_ratio)  # (N, R)
+    loss_tok = torch.maximum(pg_unclipped, pg_clipped)  # (N, R)
+    dual_active = torch.zeros_like(loss_tok, dtype=torch.bool)
+    if dual_clip:
+        dual_active = (adv < 0) & (-adv * dual_clip < loss_tok)  # (N, R)
+        loss_tok = torch.where(dual_active, -adv * dual_clip, loss_tok)
+
+    on_mask = mask
+    if offpolicy is not None:
+        off_rows = offpolicy.unsqueeze(1)  # (N, 1)
+        off_tok, weight = offpolicy_token_loss(
+            logprobs,
+            old_logprobs,
+            advantages,
+            method=offpolicy_method,
+            clip=offpolicy_clip,
+            shaping_gamma=shaping_gamma,
+        )
+        loss_tok = torch.where(off_rows, off_tok, loss_tok)
+        on_mask = mask * (~off_rows).to(mask.dtype)
+        off_mask = mask * off_rows.to(mask.dtype)
+
+    loss = masked_mean(loss_tok, mask, denom=denom)
+    with torch.no_grad():
+        metrics = {
+            "policy/loss": loss.item(),
+            "policy/clip_frac": masked_mean((pg_clipped > pg_unclipped).float(), on_mask).item(),
+            "policy/approx_kl": masked_mean(-log_ratio, on_mask).item(),  # E[logp_old - logp], as verl's ppo_kl
+            "policy/ratio_mean": masked_mean(ratio, on_mask).item(),
+        }
+        if dual_clip:
+            metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), on_mask).item()
+        if offpolicy is not None:
+            # on off-policy rows `ratio` is pi_theta / pi_behavior
+            metrics["offpolicy/token_frac"] = (off_mask.sum() / mask.sum().clamp(min=1)).item()
+            metrics["offpolicy/weight_mean"] = masked_mean(weight, off_mask).item()
+            metrics["offpolicy/ratio_mean"] = masked_mean(ratio, off_mask).item()
+            metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy_clip).float(), off_mask).item()
+    return loss, metrics

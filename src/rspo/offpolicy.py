@@ -1,0 +1,79 @@
+"""Per-token losses for off-policy tokens: the target learning from explorer samples.
+
+In RSPO the target policy pi_theta trains on trajectories sampled by the explorer pi_phi
+(this iteration's, or replayed ones). For those tokens PPO's ratio to "the old policy"
+has no meaning: the sampling policy is pi_phi, whose log-probs (`behavior_logprobs`) were
+recorded at sampling time. The RSPO paper's text is not available to us; its summary says
+only that the explorer's trajectories enter the target's update off-policy. Everything
+below is therefore rspo's own choice, selected by `rspo.offpolicy`:
+
+Notation (per token; N rows, R response tokens)
+  logp     log pi_theta(a_t | s_t)      current target policy, carries gradient   (N, R)
+  logmu    log pi_phi(a_t | s_t)        behavior (explorer at sampling), no grad  (N, R)
+  rho      = exp(logp - logmu)          importance ratio
+  A        advantage of the token's turn (target advantage, outcome reward)      (N,)
+  sg(.)    stop-gradient
+
+  clip           loss = -w A,  w = min(rho, c) in value, with the *truncated IS* gradient
+                 grad = -min(rho, c) A grad(logp)   (as Retrace / V-trace / ACER truncate).
+                 Implemented as w = exp(logp - logmu - sg(max(logp - logmu - log c, 0))).
+                 Choice: rho is never zeroed by a trust region (unlike PPO's clip, which
+                 stops the gradient once the ratio leaves [1-eps, 1+eps]); it is only
+                 capped at c, so tokens the target already likes more than the explorer
+                 keep a bounded weight instead of an exploding one. Explorer tokens are
+                 mostly unlikely under the target (rho << 1), so the cap rarely binds.
+  shaping        loss = -f(p) A,  f(p) = p / (p + gamma),  p = exp(logp)  (LUFFY, Yan et
+                 al. 2025, "policy shaping"). As in LUFFY the behavior probability is
+                 dropped (taken as 1): no ratio, no clipping. The gradient
+                 f'(p) p grad(logp) = gamma p / (p + gamma)^2 grad(logp) favours
+                 low-probability tokens, which keeps the target from collapsing onto the
+                 tokens it already likes.
+  positive_only  the `clip` loss on rows with A > 0, zero loss on rows with A <= 0
+                 (self-imitation, Oh et al. 2018: learn only from better-than-expected
+                 off-policy trajectories). Zeroed rows stay in the token-mean denominator.
+
+All functions are pure and per token; `rspo.algorithms.losses.policy_loss` aggregates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+METHODS = ("clip", "shaping", "positive_only")
+
+
+def truncated_is_weight(logprobs: Tensor, behavior_logprobs: Tensor, clip: float) -> Tensor:
+    """w = min(rho, c) in value, gradient min(rho, c) * grad(logp) -> (N, R). Never overflows."""
+    log_rho = logprobs - behavior_logprobs  # (N, R)
+    excess = (log_rho - math.log(clip)).clamp(min=0).detach()  # (N, R) how far above log c
+    return torch.exp(log_rho - excess)
+
+
+def offpolicy_token_loss(
+    logprobs: Tensor,
+    behavior_logprobs: Tensor,
+    advantages: Tensor,
+    *,
+    method: str = "clip",
+    clip: float = 2.0,
+    shaping_gamma: float = 0.1,
+) -> tuple[Tensor, Tensor]:
+    """Per-token off-policy loss -> (loss (N, R), weight (N, R) detached, for metrics).
+
+    logprobs (N, R) current policy; behavior_logprobs (N, R) sampling policy; advantages (N,).
+    The loss is -weight * A, weight per `method` (see the module docstring).
+    """
+    adv = advantages.unsqueeze(1)  # (N, 1)
+    if method == "clip":
+        w = truncated_is_weight(logprobs, behavior_logprobs, clip)
+    elif method == "shaping":
+        p = logprobs.exp()  # (N, R)
+        w = p / (p + shaping_gamma)  # f(p)
+    elif method == "positive_only":
+        w = truncated_is_weight(logprobs, behavior_logprobs, clip) * (adv > 0).to(logprobs.dtype)
+    else:
+        raise ValueError(f"offpolicy method must be one of {METHODS}, got {method!r}")
+    return -w * adv, w.detach()

@@ -1,0 +1,160 @@
+"""Policy loss (clip, dual-clip, token-mean), the off-policy corrections, KL and entropy helpers."""
+
+import math
+
+import pytest
+import torch
+
+from rspo.algorithms.losses import (
+    entropy_from_logits,
+    kl_k3,
+    logprobs_from_logits,
+    low_var_kl,
+    masked_mean,
+    policy_loss,
+)
+from rspo.offpolicy import offpolicy_token_loss
+
+ln = math.log
+
+
+def lp(*probs: float) -> torch.Tensor:
+    """One row of log-probs (1, R) that tracks gradients."""
+    return torch.tensor([[ln(p) for p in probs]], requires_grad=True)
+
+
+# ---------------------------------------------------------------- PPO clip
+
+
+def test_clip_positive_advantage():
+    # A = 1, clip 0.2, ratios (1.5, 0.9) (old log-probs 0):
+    #   -A r = (-1.5, -0.9);  -A clip(r) = (-1.2, -0.9);  max -> (-1.2, -0.9);  token-mean -1.05
+    logp = lp(1.5, 0.9)
+    loss, m = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), clip_ratio=0.2)
+    torch.testing.assert_close(loss, torch.tensor(-1.05))
+    assert m["policy/clip_frac"] == pytest.approx(0.5)
+    assert m["policy/ratio_mean"] == pytest.approx(1.2)
+    loss.backward()
+    # token 0 is clipped: no gradient;  token 1: d(-r)/dlogp / 2 = -0.9 / 2
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -0.45]]))
+
+
+def test_clip_negative_advantage_and_dual_clip():
+    # A = -1, ratios (4.0, 0.5):  -A r = (4, 0.5);  -A clip(r) = (1.2, 0.8);  max -> (4, 0.8): mean 2.4
+    # dual-clip c = 3 bounds the loss of A < 0 at -c A = 3: (min(4, 3), 0.8) -> mean 1.9
+    args = (torch.zeros(1, 2), torch.tensor([-1.0]), torch.ones(1, 2))
+    loss, _ = policy_loss(lp(4.0, 0.5), *args, clip_ratio=0.2)
+    torch.testing.assert_close(loss, torch.tensor(2.4))
+    logp = lp(4.0, 0.5)
+    loss, m = policy_loss(logp, *args, clip_ratio=0.2, dual_clip=3.0)
+    torch.testing.assert_close(loss, torch.tensor(1.9))
+    assert m["policy/dual_clip_frac"] == pytest.approx(0.5)
+    loss.backward()
+    # the dual-clipped token has constant loss (no gradient); token 1 is clipped at 0.8 (r < 1 - eps, A < 0)
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.0]]))
+    with pytest.raises(ValueError, match="dual_clip"):
+        policy_loss(lp(1.0, 1.0), *args, clip_ratio=0.2, dual_clip=0.5)
+
+
+def test_token_mean_over_the_batch():
+    # ratio 1 everywhere: loss per token = -A.  row 0: A = 1, 2 tokens;  row 1: A = -2, 1 token + 1 pad
+    # token-mean: (-1 - 1 + 2) / 3 = 0   (a per-row mean first would give (-1 + 2) / 2 = 0.5)
+    logp = torch.zeros(2, 2)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, _ = policy_loss(logp, logp, torch.tensor([1.0, -2.0]), mask, clip_ratio=0.2)
+    torch.testing.assert_close(loss, torch.tensor(0.0))
+    # micro-batches with the minibatch's token count as denom sum to the minibatch loss
+    a, _ = policy_loss(logp[:1], logp[:1], torch.tensor([1.0]), mask[:1], clip_ratio=0.2, denom=3)
+    b, _ = policy_loss(logp[1:], logp[1:], torch.tensor([-2.0]), mask[1:], clip_ratio=0.2, denom=3)
+    torch.testing.assert_close(a + b, loss)
+
+
+# ---------------------------------------------------------------- off-policy corrections
+# Two tokens sampled by the explorer with probs (0.5, 0.1); the target now gives (0.4, 0.5):
+# rho = (0.8, 5.0).
+
+BEHAVIOR = torch.tensor([[ln(0.5), ln(0.1)]])
+
+
+def test_offpolicy_clip():
+    # c = 2: w = min(rho, 2) = (0.8, 2.0);  A = 1: loss = -(0.8 + 2.0) / 2 = -1.4
+    logp = lp(0.4, 0.5)
+    loss, m = policy_loss(logp, BEHAVIOR, torch.tensor([1.0]), torch.ones(1, 2), clip_ratio=0.2,
+                          offpolicy=torch.tensor([True]), offpolicy_method="clip", offpolicy_clip=2.0)  # fmt: skip
+    torch.testing.assert_close(loss, torch.tensor(-1.4))
+    assert m["offpolicy/truncated_frac"] == pytest.approx(0.5)
+    assert m["offpolicy/weight_mean"] == pytest.approx(1.4)
+    loss.backward()
+    # truncated IS gradient: -A * min(rho, c) * grad(logp) / 2 = (-0.4, -1.0); the capped token still learns
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.4, -1.0]]))
+
+
+def test_offpolicy_shaping():
+    # gamma 0.1: f(p) = p / (p + 0.1) = (0.4 / 0.5, 0.5 / 0.6) = (0.8, 0.83333); A = 1: loss = -0.816667
+    # d f / d logp = gamma p / (p + gamma)^2 = (0.04 / 0.25, 0.05 / 0.36) = (0.16, 0.138889); /2 tokens
+    logp = lp(0.4, 0.5)
+    loss, _ = policy_loss(logp, BEHAVIOR, torch.tensor([1.0]), torch.ones(1, 2), clip_ratio=0.2,
+                          offpolicy=torch.tensor([True]), offpolicy_method="shaping", shaping_gamma=0.1)  # fmt: skip
+    torch.testing.assert_close(loss, torch.tensor(-(0.8 + 0.5 / 0.6) / 2))
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.08, -0.05 / 0.36 / 2]]))
+    # no behavior ratio: the explorer's probabilities do not matter
+    other, _ = policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.ones(1, 2), clip_ratio=0.2,
+                           offpolicy=torch.tensor([True]), offpolicy_method="shaping", shaping_gamma=0.1)  # fmt: skip
+    torch.testing.assert_close(other, loss)
+
+
+def test_offpolicy_positive_only():
+    # the same two tokens in two rows, A = +1 and A = -1: row 0 as `clip` (-0.8, -2.0), row 1 zero loss;
+    # zeroed tokens stay in the denominator: (-0.8 - 2.0 + 0 + 0) / 4 = -0.7
+    logp = torch.tensor([[ln(0.4), ln(0.5)]] * 2, requires_grad=True)
+    loss, _ = policy_loss(logp, BEHAVIOR.expand(2, 2), torch.tensor([1.0, -1.0]), torch.ones(2, 2), clip_ratio=0.2,
+                          offpolicy=torch.tensor([True, True]), offpolicy_method="positive_only")  # fmt: skip
+    torch.testing.assert_close(loss, torch.tensor(-0.7))
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.2, -0.5], [0.0, 0.0]]))
+
+
+def test_onpolicy_rows_unchanged_by_the_flag():
+    g = torch.Generator().manual_seed(0)
+    logp, old = torch.randn(4, 5, generator=g) * 0.3, torch.randn(4, 5, generator=g) * 0.3
+    adv, mask = torch.randn(4, generator=g), (torch.rand(4, 5, generator=g) > 0.2).float()
+    base, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2)
+    flagged, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2, offpolicy=torch.zeros(4, dtype=torch.bool))
+    torch.testing.assert_close(flagged, base)
+    # mixed: rows 0-1 PPO, rows 2-3 off-policy; the token-mean weighs both by token count
+    off = torch.tensor([False, False, True, True])
+    mixed, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2, offpolicy=off)
+    on_part, _ = policy_loss(logp[:2], old[:2], adv[:2], mask[:2], clip_ratio=0.2, denom=mask.sum())
+    off_tok, _ = offpolicy_token_loss(logp[2:], old[2:], adv[2:])
+    torch.testing.assert_close(mixed, on_part + (off_tok * mask[2:]).sum() / mask.sum())
+    with pytest.raises(ValueError, match="offpolicy"):
+        offpolicy_token_loss(logp, old, adv, method="importance")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def test_low_var_kl():
+    # logp = 0 (p = 1), ref = log 0.5: log-ratio ref - logp = -0.693147; k3 = 0.5 + 0.693147 - 1 = 0.193147
+    logp, ref = torch.zeros(1, 2), torch.tensor([[ln(0.5), 0.0]])
+    torch.testing.assert_close(kl_k3(logp, ref), torch.tensor([[0.193147, 0.0]]))
+    torch.testing.assert_close(low_var_kl(logp, ref, torch.tensor([[1.0, 0.0]])), torch.tensor(0.193147))
+    assert kl_k3(torch.zeros(1, 1), torch.full((1, 1), 50.0)).item() == 10.0  # clamped as verl
+
+
+def test_entropy_and_logprobs_from_logits():
+    logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(0))
+    ref = torch.distributions.Categorical(logits=logits).entropy()
+    torch.testing.assert_close(entropy_from_logits(logits), ref)
+    torch.testing.assert_close(entropy_from_logits(torch.zeros(1, 1, 4)), torch.tensor([[ln(4)]]))  # uniform
+    labels = torch.randint(0, 7, (2, 3))
+    expected = logits.log_softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logprobs_from_logits(logits, labels), expected)
+
+
+def test_masked_mean():
+    x, mask = torch.tensor([[1.0, 2.0], [3.0, 100.0]]), torch.tensor([[1, 1], [1, 0]])
+    torch.testing.assert_close(masked_mean(x, mask), torch.tensor(2.0))
+    torch.testing.assert_close(masked_mean(x, mask, dim=1), torch.tensor([1.5, 3.0]))
+    torch.testing.assert_close(masked_mean(x, torch.zeros(2, 2)), torch.tensor(0.0))  # empty -> 0
