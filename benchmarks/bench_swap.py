@@ -62,8 +62,10 @@ def main() -> None:
     if cuda:
         cu = tuple(x.cuda() for x in inputs)
         t_cuda = timed(lambda: rspo_group_advantages(*cu), repeats, torch.cuda.synchronize)
-        print(f"vectorized CUDA ({torch.cuda.get_device_name()}) {t_cuda * 1e3:9.3f} ms   "
-              f"ratio vs loop {t_loop / t_cuda:6.0f}x")  # fmt: skip
+        print(
+            f"vectorized CUDA ({torch.cuda.get_device_name()}) {t_cuda * 1e3:9.3f} ms   "
+            f"ratio vs loop {t_loop / t_cuda:6.0f}x"
+        )
     else:
         print("CUDA: not available here")
 

@@ -32,11 +32,21 @@ def fake_batch(trajs: list[tuple[int, int, int]]) -> TurnBatch:
     resp = torch.zeros(n, R)
     resp[:, :2] = 1
     return TurnBatch(
-        input_ids=ids, attention_mask=att, response_mask=resp, behavior_logprobs=-resp * 0.5,
-        group_id=col(4), traj_id=col(0), turn=col(1), last=col(2, torch.bool),
-        outcome=torch.zeros(n), process=torch.zeros(n), valid=torch.ones(n, dtype=torch.bool),
-        anchor=torch.zeros(n, dtype=torch.long), source=col(3), task_index=col(4),
-    )  # fmt: skip
+        input_ids=ids,
+        attention_mask=att,
+        response_mask=resp,
+        behavior_logprobs=-resp * 0.5,
+        group_id=col(4),
+        traj_id=col(0),
+        turn=col(1),
+        last=col(2, torch.bool),
+        outcome=torch.zeros(n),
+        process=torch.zeros(n),
+        valid=torch.ones(n, dtype=torch.bool),
+        anchor=torch.zeros(n, dtype=torch.long),
+        source=col(3),
+        task_index=col(4),
+    )
 
 
 def test_stores_explorer_trajectories_only_and_successes():

@@ -13,8 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_and_overrides():
-    cfg = load_config(None, ["algo.name=gigpo", "rollout.group_size=8", "model.lora.enabled=false",
-                             "eval.splits=test", "reward.shaped_coef=1"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            "algo.name=gigpo",
+            "rollout.group_size=8",
+            "model.lora.enabled=false",
+            "eval.splits=test",
+            "reward.shaped_coef=1",
+        ],
+    )
     assert cfg.algo.name == "gigpo"
     assert cfg.rollout.group_size == 8
     assert cfg.model.lora.enabled is False
@@ -85,8 +93,27 @@ def test_choices_cover_real_keys():
 
 def test_cli_exit_code_2_and_one_line():
     # The acceptance check, through the real console entry point.
-    proc = subprocess.run([sys.executable, "-m", "rspo", "train", "--config", str(ROOT / "configs/default.yaml"),
-                           "algo.nmae=grpo"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "rspo", "train", "--config", str(ROOT / "configs/default.yaml"), "algo.nmae=grpo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "algo.nmae" in lines[0] and "algo.name" in lines[0]
+
+
+def _leaves(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield prefix + k
+
+
+def test_every_config_key_is_read():
+    # No dead keys: each leaf is read as an attribute (`cfg.section.key`, `x.key`) outside config.py.
+    sources = "\n".join(p.read_text() for p in (ROOT / "src/rspo").rglob("*.py") if p.name != "config.py")
+    dead = [key for key in _leaves(to_dict(Config())) if f".{key.split('.')[-1]}" not in sources]
+    assert dead == []

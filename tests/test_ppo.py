@@ -31,8 +31,13 @@ def test_gae_discounted():
 
 def test_gae_trajectories_do_not_leak():
     # appending a second trajectory (its V = 100) must not change the first one's advantages
-    adv, _ = gae(torch.cat([R3, torch.tensor([1.0])]), torch.cat([V3, torch.tensor([100.0])]),
-                 torch.tensor([0, 0, 0, 1]), gamma=0.9, lam=0.95)  # fmt: skip
+    adv, _ = gae(
+        torch.cat([R3, torch.tensor([1.0])]),
+        torch.cat([V3, torch.tensor([100.0])]),
+        torch.tensor([0, 0, 0, 1]),
+        gamma=0.9,
+        lam=0.95,
+    )
     torch.testing.assert_close(adv[:3], torch.tensor([0.288805, 0.291, 0.2]))
     torch.testing.assert_close(adv[3], torch.tensor(1.0 - 100.0))
 

@@ -120,8 +120,14 @@ def test_no_explorer_rows_is_plain_grpo(case, norm):
     outcome, process, source, group = case
     tgt, exp = rspo_group_advantages(outcome, process, source, group, norm)
     n = outcome.numel()
-    one_turn = Turns(outcome, torch.arange(n), group, torch.zeros(n, dtype=torch.long),
-                     torch.ones(n, dtype=torch.bool), torch.zeros(n, dtype=torch.long))  # fmt: skip
+    one_turn = Turns(
+        outcome,
+        torch.arange(n),
+        group,
+        torch.zeros(n, dtype=torch.long),
+        torch.ones(n, dtype=torch.bool),
+        torch.zeros(n, dtype=torch.long),
+    )
     close(tgt, grpo_advantages(one_turn, norm=norm, gamma=1.0, lam=1.0, step_weight=0.0)[0])
     assert torch.equal(exp, torch.zeros(n, dtype=exp.dtype))
 

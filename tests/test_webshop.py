@@ -360,8 +360,9 @@ class FakeTextEnv:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
         goal = {"instruction_text": "i need red shoes", "category": "fashion"}
-        self.server = SimpleNamespace(goals=[goal] * 3, user_sessions={}, product_item_dict={"A1": {}},
-                                      product_prices={"A1": 5.0})  # fmt: skip
+        self.server = SimpleNamespace(
+            goals=[goal] * 3, user_sessions={}, product_item_dict={"A1": {}}, product_prices={"A1": 5.0}
+        )
         self.browser = SimpleNamespace(current_url="")
 
     def reset(self, session):

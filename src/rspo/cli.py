@@ -49,6 +49,18 @@ COMMANDS: dict[str, tuple[str, Callable[[Config, argparse.Namespace], None]]] = 
 }
 
 
+def quiet_libraries() -> None:
+    """Keep the console to rspo's own bars and lines (HF's load/save bars and advice off)."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["alfworld-gen"]:  # its own flags; not driven by the config
@@ -66,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("alfworld-gen", help="generate ALFWorld games (see `rspo alfworld-gen --help`)")
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("RSPO_DEBUG") == "1"
+    quiet_libraries()
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:

@@ -8,6 +8,7 @@ names the key, the bad value and the valid choices; the CLI turns it into exit c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import typing
@@ -157,6 +158,7 @@ class SftConfig:
     epochs: int = 3
     lr: float = 2e-3
     batch_size: int = 16
+    lora: bool = False  # False: fine-tune every weight (a tiny random model needs it); True: model.lora.*
 
 
 @dataclass
@@ -219,9 +221,16 @@ CHOICES: dict[str, list[str]] = {
 }
 # Keys that must be >= 1 (counts) or >= 0.
 POSITIVE = {
-    "rollout.num_tasks", "rollout.group_size", "rollout.max_new_tokens", "rollout.micro_batch",
-    "train.epochs", "train.minibatches", "train.micro_batch", "eval.num_tasks", "sft.batch_size",
-}  # fmt: skip
+    "rollout.num_tasks",
+    "rollout.group_size",
+    "rollout.max_new_tokens",
+    "rollout.micro_batch",
+    "train.epochs",
+    "train.minibatches",
+    "train.micro_batch",
+    "eval.num_tasks",
+    "sft.batch_size",
+}
 
 
 def _fields(cls: type) -> dict[str, tuple[Any, bool]]:
@@ -247,19 +256,15 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if typ is int:
         if isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 value = int(value)
-            except ValueError:
-                pass
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return value
     if typ is float:
         if isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value)
-            except ValueError:
-                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         return float(value)
@@ -320,7 +325,9 @@ def _validate(cfg: Config) -> None:
         if _get(flat, key) < 1:
             raise ConfigError(f"{key}: must be >= 1, got {_get(flat, key)!r}")
     if cfg.reward.mode == "rspo" and cfg.rspo.explorer_rollouts < 1:
-        raise ConfigError(f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}")
+        raise ConfigError(
+            f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}"
+        )
 
 
 def _get(flat: dict[str, Any], dotted: str) -> Any:

@@ -1,7 +1,8 @@
 """Evaluation on held-out splits: success rate and score, overall and per task type.
 
-Greedy decoding by default (`eval.temperature=0`); one trajectory per task; the first
-`eval.num_tasks` tasks of each split in `eval.splits` (deterministic), spread over ranks.
+Greedy decoding by default (`eval.temperature=0`); one trajectory per task;
+`eval.num_tasks` tasks of each split in `eval.splits`, evenly spaced through the split
+(deterministic), spread over ranks.
 """
 
 from __future__ import annotations
@@ -15,23 +16,47 @@ from rspo.log import write_json
 from rspo.rollout import Plan, collect
 
 
-def evaluate(policy, pool, cfg: Config, adapter: str = "target", rank: int = 0, world: int = 1,
-             gather=None, prefix: str = "eval/") -> dict[str, float]:  # fmt: skip
+def evaluate(
+    policy,
+    pool,
+    cfg: Config,
+    adapter: str = "target",
+    rank: int = 0,
+    world: int = 1,
+    gather=None,
+    prefix: str = "eval/",
+) -> dict[str, float]:
     """`{prefix}{split}/success_rate`, `…/score`, `…/{task_type}/success_rate`, …"""
     max_turns = cfg.rollout.max_turns or pool.max_steps
     results: dict[str, float] = {}
     for split in cfg.eval.splits:
-        tasks = [(split, i) for i in range(min(cfg.eval.num_tasks, pool.num_tasks(split)))][rank::world]
+        tasks = [(split, i) for i in spread(cfg.eval.num_tasks, pool.num_tasks(split))][rank::world]
         trajs = []
         for start in range(0, len(tasks), pool.num_envs):
-            ro = collect(policy, pool, cfg.env.name, tasks[start : start + pool.num_envs], [Plan(adapter, 1, TARGET)],
-                         cfg.rollout, temperature=cfg.eval.temperature, max_turns=max_turns,
-                         progress=cfg.log.progress, desc=f"eval {split}")  # fmt: skip
+            ro = collect(
+                policy,
+                pool,
+                cfg.env.name,
+                tasks[start : start + pool.num_envs],
+                [Plan(adapter, 1, TARGET)],
+                cfg.rollout,
+                temperature=cfg.eval.temperature,
+                max_turns=max_turns,
+                progress=cfg.log.progress,
+                desc=f"eval {split}",
+            )
             trajs += [(t.task_type, t.won, t.score, t.turns, t.invalid) for t in ro.trajectories]
         if gather is not None and world > 1:
             trajs = gather(trajs)
         results |= split_metrics(trajs, f"{prefix}{split}/")
     return results
+
+
+def spread(k: int, n: int) -> list[int]:
+    """`k` task indices evenly spread over `n` (splits are ordered by task type, so the first
+    k would all be one type)."""
+    k = min(k, n)
+    return [i * n // k for i in range(k)]
 
 
 def split_metrics(trajs: list[tuple[str, bool, float, int, int]], prefix: str) -> dict[str, float]:

@@ -277,6 +277,13 @@ class Policy:
         return self
 
     @property
+    def eos_token_ids(self) -> set[int]:
+        """Every id that ends a response: the tokenizer's eos and the model's generation eos."""
+        gen = self._raw["target"].lm.generation_config.eos_token_id
+        ids = {self.tokenizer.eos_token_id, *(gen if isinstance(gen, (list, tuple)) else [gen])}
+        return {i for i in ids if i is not None}
+
+    @property
     def device(self) -> torch.device:
         return next(self._raw["target"].parameters()).device
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -102,13 +103,13 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 def generate(policy, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float):
     """Sample one response per prompt. Returns (response ids list, behavior log-probs list)."""
     tok = policy.tokenizer
-    model = policy.generation_model
     ids, mask = left_pad(prompts, tok.pad_token_id)
     ids, mask = ids.to(policy.device), mask.to(policy.device)
+    # top_k=0: sample from the policy's own distribution (HF's default top_k=50 would not)
     sampling = dict(temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
+    out = policy.generate(
+        ids,
+        mask,
         max_new_tokens=max_new_tokens,
         do_sample=temperature > 0,
         stop_strings=[STOP],
@@ -117,7 +118,7 @@ def generate(policy, prompts: list[list[int]], max_new_tokens: int, temperature:
         **sampling,
     )
     responses = out[:, ids.shape[1] :].cpu()
-    lengths = response_lengths(tok, responses, policy.eos_ids)
+    lengths = response_lengths(tok, responses, policy.eos_token_ids)
     R = max(lengths)
     resp_mask = (torch.arange(R)[None, :] < torch.tensor(lengths)[:, None]).long()
     full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
@@ -150,8 +151,19 @@ def _new_slots(plans: list[Plan], tasks: list[tuple[str, int]], states: list[Env
     return slots
 
 
-def collect(policy, pool, env_name: str, tasks: list[tuple[str, int]], plans: list[Plan], cfg, *,
-            temperature: float, max_turns: int, progress: bool = True, desc: str = "rollout") -> Rollout:  # fmt: skip
+def collect(
+    policy,
+    pool,
+    env_name: str,
+    tasks: list[tuple[str, int]],
+    plans: list[Plan],
+    cfg,
+    *,
+    temperature: float,
+    max_turns: int,
+    progress: bool = True,
+    desc: str = "rollout",
+) -> Rollout:
     """Play every task with every plan's policy; return the per-turn batch.
 
     `cfg` is the `RolloutConfig`; `max_turns` caps the episode (the env's cap otherwise).
@@ -181,8 +193,18 @@ def collect(policy, pool, env_name: str, tasks: list[tuple[str, int]], plans: li
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
                         text = policy.tokenizer.decode(r, skip_special_tokens=True)
                         actions[i], valid = parse_action(text)
-                        rows.append(dict(slot=i, turn=turn, prompt=p, response=r, logprobs=lp, valid=valid,
-                                         anchor=anchor_key(slots[i].state.observation), text=text))  # fmt: skip
+                        rows.append(
+                            dict(
+                                slot=i,
+                                turn=turn,
+                                prompt=p,
+                                response=r,
+                                logprobs=lp,
+                                valid=valid,
+                                anchor=anchor_key(slots[i].state.observation),
+                                text=text,
+                            )
+                        )
                         timing["tokens"] += len(r)
         timing["generate"] += time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -196,11 +218,21 @@ def collect(policy, pool, env_name: str, tasks: list[tuple[str, int]], plans: li
     return Rollout(_assemble(rows, slots, policy.tokenizer.pad_token_id), [s.traj for s in slots], timing)
 
 
+_warned: list[bool] = []
+
+
 def _prompt(tokenizer, env_name: str, slot: _Slot, cfg) -> list[int]:
     s = slot.state
     turn = Turn(s.task, s.observation, s.admissible, slot.history[-cfg.history_length :] if cfg.history_length else [])
     ids = render_prompt(tokenizer, env_name, turn, cfg.require_think, cfg.max_prompt_tokens)
-    return ids[-cfg.max_prompt_tokens :]  # last resort for an observation longer than the budget
+    if len(ids) > cfg.max_prompt_tokens and not _warned:
+        _warned.append(True)  # the task and the observation alone exceed the budget: keep them whole
+        warnings.warn(
+            f"a prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={cfg.max_prompt_tokens} "
+            "even without history and actions; raise the budget",
+            stacklevel=2,
+        )
+    return ids
 
 
 def _advance(slot: _Slot, row: dict, state: EnvState, action: str, history_length: int) -> None:

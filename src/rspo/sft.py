@@ -11,7 +11,9 @@ The result is a full Hugging Face model directory (LoRA adapters merged), which
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -21,8 +23,9 @@ from rspo.config import Config
 from rspo.prompts import Turn, format_response, render_prompt, user_message
 
 
-def expert_demos(pool, env_name: str, num_tasks: int, episodes: int, max_turns: int, history_length: int,
-                 seed: int) -> list[tuple[Turn, str]]:  # fmt: skip
+def expert_demos(
+    pool, num_tasks: int, episodes: int, max_turns: int, history_length: int, seed: int
+) -> list[tuple[Turn, str]]:
     """(turn, expert action) pairs from `episodes` expert episodes on train tasks."""
     rng = random.Random(seed)
     tasks = [("train", rng.randrange(num_tasks)) for _ in range(episodes)]
@@ -65,7 +68,7 @@ def sft_batches(tokenizer, demos, env_name: str, require_think: bool, max_prompt
     return out
 
 
-def sft_loss(model, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
+def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
     """Summed cross-entropy over response tokens, and their count. Right-padded batch."""
     width = max(len(p) + len(r) for p, r in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
@@ -75,11 +78,23 @@ def sft_loss(model, samples: list[tuple[list[int], list[int]]], pad_id: int, dev
         ids[i, : len(p) + len(r)] = torch.tensor(p + r)
         attn[i, : len(p) + len(r)] = 1
         labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
-    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits[:, :-1].float()
+    logits = net(ids.to(device), attn.to(device))[:, :-1].float()  # (n, L-1, V)
     targets = labels[:, 1:].to(device)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                             ignore_index=-100, reduction="sum")  # fmt: skip
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
+    )
     return loss, int((targets != -100).sum())
+
+
+def collect_demos(cfg: Config, pool, episodes: int) -> list[tuple[Turn, str]]:
+    max_turns = cfg.rollout.max_turns or pool.max_steps
+    return expert_demos(pool, pool.num_tasks("train"), episodes, max_turns, cfg.rollout.history_length, cfg.train.seed)
+
+
+def demo_corpus(cfg: Config, pool, episodes: int = 32) -> Callable[[], list[str]]:
+    """The tiny model's tokenizer corpus when there is no warm start: a few expert episodes."""
+    text = corpus(collect_demos(cfg, pool, episodes), cfg.env.name, cfg.rollout.require_think)
+    return lambda: text
 
 
 def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
@@ -88,13 +103,11 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     from rspo.policy import Policy, load_base
 
     with EnvPool(cfg.env, min(16, cfg.sft.episodes)) as pool:
-        num_tasks = pool.num_tasks("train")
-        max_turns = cfg.rollout.max_turns or pool.max_steps
-        demos = expert_demos(pool, cfg.env.name, num_tasks, cfg.sft.episodes, max_turns,
-                             cfg.rollout.history_length, cfg.train.seed)  # fmt: skip
+        demos = collect_demos(cfg, pool, cfg.sft.episodes)
     text = corpus(demos, cfg.env.name, cfg.rollout.require_think)
-    model, tokenizer = load_base(cfg.model, lambda: text)
-    policy = Policy(cfg.model, model, tokenizer, adapters=["target"])
+    model_cfg = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, enabled=cfg.sft.lora))
+    model, tokenizer = load_base(model_cfg, lambda: text)
+    policy = Policy(model_cfg, model, tokenizer, adapters=["target"]).to("cuda" if torch.cuda.is_available() else "cpu")
     samples = sft_batches(tokenizer, demos, cfg.env.name, cfg.rollout.require_think, cfg.rollout.max_prompt_tokens)
     params = policy.parameters_of("target")
     opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.train.weight_decay)
@@ -106,8 +119,12 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
         for _ in range(cfg.sft.epochs):
             rng.shuffle(samples)
             for start in range(0, len(samples), cfg.sft.batch_size):
-                loss_sum, n = sft_loss(policy.train_model, samples[start : start + cfg.sft.batch_size],
-                                       tokenizer.pad_token_id, policy.device)  # fmt: skip
+                loss_sum, n = sft_loss(
+                    policy.nets["target"],
+                    samples[start : start + cfg.sft.batch_size],
+                    tokenizer.pad_token_id,
+                    policy.device,
+                )
                 (loss_sum / n).backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
                 opt.step()
@@ -116,7 +133,8 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update(1)
     bar.close()
-    policy.export_merged(out_dir)
+    policy.merged_target().save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
     (out_dir / "sft_summary.txt").write_text(
         f"demonstrations={len(demos)} episodes={cfg.sft.episodes} steps={steps} "
         f"first_loss={losses[0]:.4f} last_loss={losses[-1]:.4f}\n"

@@ -24,14 +24,20 @@ from rspo.algorithms import ALGORITHMS
 from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, dump
 from rspo.eval import evaluate, summary_table
-from rspo.log import Logger, finite_or_raise, format_transcript
+from rspo.log import Logger, finite_or_raise, format_transcript, write_json
 from rspo.rewards.buffer import ReplayBuffer
 from rspo.rewards.modes import learner_data
 from rspo.rollout import Plan, collect
 from rspo.update import Learner, add_replay, make_learner, update_learner
 
-CONSOLE_KEYS = ["rollout/success_rate", "rollout/return", "rollout/invalid_action_rate", "loss/policy",
-                "explorer/rollout/success_rate", "perf/step_s"]  # fmt: skip
+CONSOLE_KEYS = [
+    "rollout/success_rate",
+    "rollout/return",
+    "rollout/invalid_action_rate",
+    "loss/policy",
+    "explorer/rollout/success_rate",
+    "perf/step_s",
+]
 
 
 @dataclass
@@ -53,6 +59,7 @@ class Run:
 def setup(cfg: Config) -> Run:
     from rspo.envs.pool import EnvPool
     from rspo.policy import build_policy
+    from rspo.sft import demo_corpus
 
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
     acc = Accelerator(kwargs_handlers=[ddp], mixed_precision="bf16" if cfg.model.dtype == "bfloat16" else "no")
@@ -62,9 +69,16 @@ def setup(cfg: Config) -> Run:
     rspo = cfg.reward.mode == "rspo"
     per_task = cfg.rollout.group_size + (cfg.rspo.explorer_rollouts if rspo else 0)
     pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, 32)))
-    critic = ALGORITHMS[cfg.algo.name].needs_critic
-    policy = build_policy(cfg.model, adapters=["target", "explorer"] if rspo else ["target"], critic=critic,
-                          reference=cfg.algo.kl_coef > 0, device=acc.device)  # fmt: skip
+    corpus = demo_corpus(cfg, pool) if cfg.model.name == "tiny" and not cfg.model.init_from else None
+    policy = build_policy(
+        cfg.model,
+        corpus,
+        adapters=["target", "explorer"] if rspo else ["target"],
+        critic=ALGORITHMS[cfg.algo.name].needs_critic,
+        reference=cfg.algo.kl_coef > 0,
+        device=acc.device,
+    )
+    policy.wrap(acc.prepare)
     learners = {"target": make_learner(acc, policy, cfg, "target", cfg.train.lr)}
     if rspo:
         learners["explorer"] = make_learner(acc, policy, cfg, "explorer", cfg.rspo.explorer_lr or cfg.train.lr)
@@ -90,7 +104,9 @@ def sample_tasks(run: Run) -> list[tuple[str, int]]:
     """This rank's B train tasks for this step: deterministic in (seed, step, rank)."""
     cfg = run.cfg
     rng = random.Random(cfg.train.seed * 1_000_003 + run.step)
-    tasks = [("train", rng.randrange(run.num_train_tasks)) for _ in range(cfg.rollout.num_tasks * run.acc.num_processes)]
+    tasks = [
+        ("train", rng.randrange(run.num_train_tasks)) for _ in range(cfg.rollout.num_tasks * run.acc.num_processes)
+    ]
     return tasks[run.acc.process_index :: run.acc.num_processes]
 
 
@@ -102,14 +118,33 @@ def rl_step(run: Run) -> dict[str, float]:
     if run.buffer is not None:
         plans.append(Plan("explorer", cfg.rspo.explorer_rollouts, EXPLORER))
     tasks = sample_tasks(run)
-    ro = collect(run.policy, run.pool, cfg.env.name, tasks, plans, cfg.rollout, temperature=cfg.rollout.temperature,
-                 max_turns=run.max_turns, progress=cfg.log.progress)  # fmt: skip
+    ro = collect(
+        run.policy,
+        run.pool,
+        cfg.env.name,
+        tasks,
+        plans,
+        cfg.rollout,
+        temperature=cfg.rollout.temperature,
+        max_turns=run.max_turns,
+        progress=cfg.log.progress,
+    )
     batch, metrics = ro.batch, rollout_metrics(ro, cfg)
     if run.buffer is not None:
-        batch = add_replay(batch, run.buffer, tasks, cfg.rspo.replay_per_task, run.step, run.policy.pad_token_id)
-    data = learner_data(batch.outcome, batch.process, batch.valid, batch.source, mode=cfg.reward.mode,
-                        outcome_scale=cfg.reward.outcome_scale, process_scale=cfg.reward.process_scale,
-                        shaped_coef=cfg.reward.shaped_coef, penalty=cfg.rollout.invalid_action_penalty)  # fmt: skip
+        batch = add_replay(
+            batch, run.buffer, tasks, cfg.rspo.replay_per_task, run.step, run.policy.tokenizer.pad_token_id
+        )
+    data = learner_data(
+        batch.outcome,
+        batch.process,
+        batch.valid,
+        batch.source,
+        mode=cfg.reward.mode,
+        outcome_scale=cfg.reward.outcome_scale,
+        process_scale=cfg.reward.process_scale,
+        shaped_coef=cfg.reward.shaped_coef,
+        penalty=cfg.rollout.invalid_action_penalty,
+    )
     t_update = time.perf_counter()
     for name, learner in run.learners.items():
         if warmup and name == "target":
@@ -162,7 +197,7 @@ def save(run: Run) -> None:
     state = {name: l.state_dict() for name, l in run.learners.items()}
     state["buffer"] = run.buffer.state_dict() if run.buffer is not None else None
     if run.acc.is_main_process:
-        checkpoint.save(run.cfg.train.output_dir, run.step, run.acc.unwrap_model(run.policy), state, dump(run.cfg))
+        checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg))
     run.acc.wait_for_everyone()
 
 
@@ -184,17 +219,32 @@ def resume(run: Run) -> None:
 
 def run_eval(run: Run, tag: str) -> dict[str, float]:
     cfg = run.cfg
-    results = evaluate(run.policy, run.pool, cfg, adapter="target", rank=run.acc.process_index,
-                       world=run.acc.num_processes, gather=gather_object)  # fmt: skip
+    results = evaluate(
+        run.policy,
+        run.pool,
+        cfg,
+        adapter="target",
+        rank=run.acc.process_index,
+        world=run.acc.num_processes,
+        gather=gather_object,
+    )
     if cfg.eval.explorer and run.buffer is not None:
-        results |= evaluate(run.policy, run.pool, cfg, adapter="explorer", rank=run.acc.process_index,
-                            world=run.acc.num_processes, gather=gather_object, prefix="eval_explorer/")  # fmt: skip
+        results |= evaluate(
+            run.policy,
+            run.pool,
+            cfg,
+            adapter="explorer",
+            rank=run.acc.process_index,
+            world=run.acc.num_processes,
+            gather=gather_object,
+            prefix="eval_explorer/",
+        )
     run.logger.scalars(results, run.step)
     return results
 
 
-def train(cfg: Config) -> dict[str, dict[str, float]]:
-    """Train with RL; returns the eval results before and after (also printed as a table)."""
+def train(cfg: Config) -> dict:
+    """Train with RL. Returns {"before": eval, "after": eval, "history": per-step metrics}."""
     run = setup(cfg)
     try:
         resume(run)
@@ -214,8 +264,11 @@ def train(cfg: Config) -> dict[str, dict[str, float]]:
         after = run_eval(run, "after")
         save(run)
         if run.acc.is_main_process:
+            write_json(Path(cfg.train.output_dir) / "eval_summary.json", {"before": before, "after": after})
             print(summary_table(before, after, cfg))
-            print(f"TensorBoard logs: {Path(cfg.train.output_dir) / 'tb'}  (tensorboard --logdir {cfg.train.output_dir})")
+            print(
+                f"TensorBoard logs: {Path(cfg.train.output_dir) / 'tb'}  (tensorboard --logdir {cfg.train.output_dir})"
+            )
         return {"before": before, "after": after, "history": history}
     finally:
         run.logger.close()

@@ -8,6 +8,7 @@ the whole minibatch. Sequences are trimmed to the micro-batch's own padding firs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from rspo.algorithms import ALGORITHMS, turns_from_batch
 from rspo.algorithms.losses import low_var_kl, masked_mean, policy_loss
 from rspo.algorithms.ppo import value_loss, whiten
 from rspo.batch import REPLAY, TurnBatch, cat
+from rspo.policy import critic_name
 from rspo.rewards.modes import LearnerData
 
 
@@ -50,7 +52,7 @@ def make_learner(acc, policy, cfg, name: str, lr: float) -> Learner:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warmup + 1)))
     learner = Learner(name, "" if name == "target" else f"{name}/", acc.prepare_optimizer(opt), sched)
     if ALGORITHMS[cfg.algo.name].needs_critic:
-        learner.critic = policy.critic_name(name)
+        learner.critic = critic_name(name)
         params = policy.parameters_of(learner.critic)
         learner.critic_optimizer = acc.prepare_optimizer(torch.optim.AdamW(params, lr=cfg.algo.critic_lr))
     return learner
@@ -62,8 +64,15 @@ def trim(b: TurnBatch) -> TurnBatch:
     first = int(b.attention_mask[:, :P].any(0).float().argmax()) if P else 0
     R = max(int(b.response_mask.sum(1).max()), 1)
     keep = torch.cat([torch.arange(first, P), torch.arange(P, P + R)])
-    return TurnBatch(**{**b.__dict__, "input_ids": b.input_ids[:, keep], "attention_mask": b.attention_mask[:, keep],
-                        "response_mask": b.response_mask[:, :R], "behavior_logprobs": b.behavior_logprobs[:, :R]})  # fmt: skip
+    return TurnBatch(
+        **{
+            **b.__dict__,
+            "input_ids": b.input_ids[:, keep],
+            "attention_mask": b.attention_mask[:, keep],
+            "response_mask": b.response_mask[:, :R],
+            "behavior_logprobs": b.behavior_logprobs[:, :R],
+        }
+    )
 
 
 def chunks(rows: Tensor, size: int) -> list[Tensor]:
@@ -102,8 +111,11 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
                 sums["loss/value"] = sums.get("loss/value", 0.0) + loss
     steps = cfg.train.epochs * min(cfg.train.minibatches, len(view))
     metrics = {k: v / steps for k, v in sums.items()}
-    metrics |= {"adv/mean": adv.mean().item(), "adv/abs_mean": adv.abs().mean().item(),
-                "reward/turn_mean": data.reward[data.rows].mean().item()}  # fmt: skip
+    metrics |= {
+        "adv/mean": adv.mean().item(),
+        "adv/abs_mean": adv.abs().mean().item(),
+        "reward/turn_mean": data.reward[data.rows].mean().item(),
+    }
     return {prefix + k: v for k, v in metrics.items()}
 
 
@@ -116,13 +128,21 @@ def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpo
         x = trim(mb.select(rows)).to(policy.device)
         weight = x.response_mask.sum() / tokens  # this micro-batch's share of the token mean
         with policy.use(learner.name):
-            logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, x.response_mask.shape[1],
-                                            with_entropy=a.entropy_coef > 0)  # fmt: skip
-        loss, m = policy_loss(logp, x.behavior_logprobs, adv[rows].to(logp.device), x.response_mask,
-                              clip_ratio=a.clip_ratio, dual_clip=a.dual_clip, offpolicy=offpolicy[rows].to(logp.device),
-                              offpolicy_method=r.offpolicy, offpolicy_clip=r.offpolicy_clip,
-                              shaping_gamma=r.shaping_gamma)  # fmt: skip
-        m["loss/policy"] = loss.item()
+            logp, entropy = policy.logprobs(
+                x.input_ids, x.attention_mask, x.response_mask.shape[1], with_entropy=a.entropy_coef > 0
+            )
+        loss, m = policy_loss(
+            logp,
+            x.behavior_logprobs,
+            adv[rows].to(logp.device),
+            x.response_mask,
+            clip_ratio=a.clip_ratio,
+            dual_clip=a.dual_clip,
+            offpolicy=offpolicy[rows].to(logp.device),
+            offpolicy_method=r.offpolicy,
+            offpolicy_clip=r.offpolicy_clip,
+            shaping_gamma=r.shaping_gamma,
+        )
         if a.kl_coef > 0:
             with torch.no_grad(), policy.reference():
                 ref, _ = policy.logprobs(x.input_ids, x.attention_mask, x.response_mask.shape[1])
@@ -138,6 +158,9 @@ def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpo
             metrics[k] = metrics.get(k, 0.0) + float(v) * weight.item()
     params = policy.parameters_of(learner.name)
     metrics["loss/grad_norm"] = float(acc.clip_grad_norm_(params, cfg.train.max_grad_norm))
+    if not math.isfinite(metrics["loss/grad_norm"]):  # never let a NaN/inf reach the weights
+        learner.optimizer.zero_grad(set_to_none=True)
+        raise FloatingPointError(f"non-finite gradient for {learner.name} ({metrics}); weights left untouched")
     learner.optimizer.step()
     learner.scheduler.step()
     learner.optimizer.zero_grad(set_to_none=True)
@@ -166,8 +189,9 @@ def add_replay(batch: TurnBatch, buffer, tasks: list[tuple[str, int]], k: int, v
     for group, (_, index) in enumerate(tasks):
         for old in buffer.sample(index, k, version):
             n = len(old)
-            ids = dict(group_id=torch.full((n,), group), traj_id=torch.full((n,), next_traj),
-                       source=torch.full((n,), REPLAY))  # fmt: skip
+            ids = dict(
+                group_id=torch.full((n,), group), traj_id=torch.full((n,), next_traj), source=torch.full((n,), REPLAY)
+            )
             parts.append(TurnBatch(**{**old.__dict__, **ids}))
             next_traj += 1
     return cat(parts, pad_id) if len(parts) > 1 else batch

@@ -120,7 +120,7 @@ def policy_loss(
     loss = masked_mean(loss_tok, mask, denom=denom)
     with torch.no_grad():
         metrics = {
-            "policy/loss": loss.item(),
+            "loss/policy": loss.item(),
             "policy/clip_frac": masked_mean((pg_clipped > pg_unclipped).float(), on_mask).item(),
             "policy/approx_kl": masked_mean(-log_ratio, on_mask).item(),  # E[logp_old - logp], as verl's ppo_kl
             "policy/ratio_mean": masked_mean(ratio, on_mask).item(),

@@ -35,9 +35,26 @@ CATEGORY_SEP = "›"
 
 # Base colour words; a shade name maps to the last base colour it mentions.
 BASE_COLORS = (
-    "beige", "black", "blue", "brown", "gold", "green", "grey", "ivory", "khaki", "navy",
-    "orange", "pink", "purple", "red", "silver", "tan", "teal", "white", "yellow",
-)  # fmt: skip
+    "beige",
+    "black",
+    "blue",
+    "brown",
+    "gold",
+    "green",
+    "grey",
+    "ivory",
+    "khaki",
+    "navy",
+    "orange",
+    "pink",
+    "purple",
+    "red",
+    "silver",
+    "tan",
+    "teal",
+    "white",
+    "yellow",
+)
 COLOR_SYNONYMS = {"gray": "grey", "golden": "gold", "crimson": "red", "maroon": "red", "turquoise": "teal"}
 _WORD = re.compile(r"[a-z]+")
 

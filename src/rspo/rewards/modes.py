@@ -35,9 +35,18 @@ class LearnerData:
     offpolicy: Tensor  # (N,) bool: rows sampled by another policy (importance-corrected)
 
 
-def learner_data(outcome: Tensor, process: Tensor, valid: Tensor, source: Tensor, *, mode: str,
-                 outcome_scale: float, process_scale: float, shaped_coef: float,
-                 penalty: float) -> dict[str, LearnerData]:  # fmt: skip
+def learner_data(
+    outcome: Tensor,
+    process: Tensor,
+    valid: Tensor,
+    source: Tensor,
+    *,
+    mode: str,
+    outcome_scale: float,
+    process_scale: float,
+    shaped_coef: float,
+    penalty: float,
+) -> dict[str, LearnerData]:
     """Map learner name ("target", "explorer") -> its rows and rewards for `mode`."""
     pen = penalty * (~valid).float()
     on_policy = source == TARGET
