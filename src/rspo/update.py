@@ -8,6 +8,7 @@ the whole minibatch. Sequences are trimmed to the micro-batch's own padding firs
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -79,6 +80,14 @@ def chunks(rows: Tensor, size: int) -> list[Tensor]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
+def accumulate(acc, net, n: int, micro_batch: int):
+    """Micro-batches of `n` rows, each with its gradient-sync context: under DDP, gradients
+    are all-reduced only in the last micro-batch's backward (`no_sync` before it)."""
+    parts = chunks(torch.arange(n), micro_batch)
+    for i, rows in enumerate(parts):
+        yield rows, contextlib.nullcontext() if i == len(parts) - 1 else acc.no_sync(net)
+
+
 @torch.no_grad()
 def critic_values(policy, critic: str, batch: TurnBatch, micro_batch: int) -> Tensor:
     """(N,) the critic's value of each turn's prompt."""
@@ -92,7 +101,11 @@ def critic_values(policy, critic: str, batch: TurnBatch, micro_batch: int) -> Te
 def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: LearnerData, cfg, prefix: str = ""):
     """Estimate advantages for `learner`'s rows and train it on them. Returns metrics."""
     view = batch.select(data.rows)
-    if len(view) == 0:
+    # Every rank must run the same number of synchronized backward passes (DDP all-reduces
+    # in each): the minibatch count comes from the smallest rank's row count.
+    num_rows = int(acc.gather(torch.tensor([len(view)], device=acc.device)).min())
+    minibatches = min(cfg.train.minibatches, num_rows)
+    if minibatches == 0:
         return {}
     algo, a = ALGORITHMS[cfg.algo.name], cfg.algo
     values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
@@ -103,13 +116,13 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     offpolicy = data.offpolicy[data.rows]
     sums: dict[str, float] = {}
     for _ in range(cfg.train.epochs):
-        for mb in torch.randperm(len(view)).chunk(cfg.train.minibatches):
+        for mb in torch.randperm(len(view)).tensor_split(minibatches):
             for k, v in policy_step(acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], cfg).items():
                 sums[k] = sums.get(k, 0.0) + v
             if learner.critic:
                 loss = critic_step(acc, policy, learner, view.select(mb), values[mb], returns[mb], cfg)
                 sums["loss/value"] = sums.get("loss/value", 0.0) + loss
-    steps = cfg.train.epochs * min(cfg.train.minibatches, len(view))
+    steps = cfg.train.epochs * minibatches
     metrics = {k: v / steps for k, v in sums.items()}
     metrics |= {
         "adv/mean": adv.mean().item(),
@@ -119,41 +132,48 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     return {prefix + k: v for k, v in metrics.items()}
 
 
+def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, cfg) -> tuple[Tensor, dict]:
+    """Token-mean loss of one micro-batch: clipped policy loss (off-policy rows corrected),
+    + kl_coef * KL to the reference, - entropy_coef * entropy."""
+    a, r = cfg.algo, cfg.rspo
+    R = x.response_mask.shape[1]
+    with policy.use(name):
+        logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, R, with_entropy=a.entropy_coef > 0)
+    loss, m = policy_loss(
+        logp,
+        x.behavior_logprobs,
+        adv.to(logp.device),
+        x.response_mask,
+        clip_ratio=a.clip_ratio,
+        dual_clip=a.dual_clip,
+        offpolicy=offpolicy.to(logp.device),
+        offpolicy_method=r.offpolicy,
+        offpolicy_clip=r.offpolicy_clip,
+        shaping_gamma=r.shaping_gamma,
+    )
+    if a.kl_coef > 0:
+        with torch.no_grad(), policy.reference():
+            ref, _ = policy.logprobs(x.input_ids, x.attention_mask, R)
+        kl = low_var_kl(logp, ref, x.response_mask)
+        loss = loss + a.kl_coef * kl
+        m["loss/kl"] = kl.item()
+    if entropy is not None:
+        ent = masked_mean(entropy, x.response_mask)
+        loss = loss - a.entropy_coef * ent
+        m["loss/entropy"] = ent.item()
+    return loss, m
+
+
 def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, cfg) -> dict:
     """One optimizer step on one minibatch (accumulated over micro-batches)."""
-    a, r = cfg.algo, cfg.rspo
     tokens = mb.response_mask.sum().clamp(min=1)
     metrics: dict[str, float] = {}
-    for rows in chunks(torch.arange(len(mb)), cfg.train.micro_batch):
+    for rows, sync in accumulate(acc, policy.nets[learner.name], len(mb), cfg.train.micro_batch):
         x = trim(mb.select(rows)).to(policy.device)
         weight = x.response_mask.sum() / tokens  # this micro-batch's share of the token mean
-        with policy.use(learner.name):
-            logp, entropy = policy.logprobs(
-                x.input_ids, x.attention_mask, x.response_mask.shape[1], with_entropy=a.entropy_coef > 0
-            )
-        loss, m = policy_loss(
-            logp,
-            x.behavior_logprobs,
-            adv[rows].to(logp.device),
-            x.response_mask,
-            clip_ratio=a.clip_ratio,
-            dual_clip=a.dual_clip,
-            offpolicy=offpolicy[rows].to(logp.device),
-            offpolicy_method=r.offpolicy,
-            offpolicy_clip=r.offpolicy_clip,
-            shaping_gamma=r.shaping_gamma,
-        )
-        if a.kl_coef > 0:
-            with torch.no_grad(), policy.reference():
-                ref, _ = policy.logprobs(x.input_ids, x.attention_mask, x.response_mask.shape[1])
-            kl = low_var_kl(logp, ref, x.response_mask)
-            loss = loss + a.kl_coef * kl
-            m["loss/kl"] = kl.item()
-        if entropy is not None:
-            ent = masked_mean(entropy, x.response_mask)
-            loss = loss - a.entropy_coef * ent
-            m["loss/entropy"] = ent.item()
-        acc.backward(loss * weight)
+        with sync:
+            loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], cfg)
+            acc.backward(loss * weight)
         for k, v in m.items():
             metrics[k] = metrics.get(k, 0.0) + float(v) * weight.item()
     params = policy.parameters_of(learner.name)
@@ -171,11 +191,14 @@ def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpo
 def critic_step(acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor, returns: Tensor, cfg) -> float:
     """One critic optimizer step on one minibatch. Returns the value loss."""
     total = 0.0
-    for rows in chunks(torch.arange(len(mb)), cfg.train.micro_batch):
+    for rows, sync in accumulate(acc, policy.nets[learner.critic], len(mb), cfg.train.micro_batch):
         x = trim(mb.select(rows)).to(policy.device)
-        v = policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], learner.critic)
-        loss, _ = value_loss(v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip)
-        acc.backward(loss * len(rows) / len(mb))
+        with sync:
+            v = policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], learner.critic)
+            loss, _ = value_loss(
+                v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip
+            )
+            acc.backward(loss * len(rows) / len(mb))
         total += loss.item() * len(rows) / len(mb)
     acc.clip_grad_norm_(policy.parameters_of(learner.critic), cfg.train.max_grad_norm)
     learner.critic_optimizer.step()

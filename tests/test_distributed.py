@@ -1,0 +1,58 @@
+"""Two processes through `accelerate launch` on CPU (DDP over gloo): gradients synchronize.
+
+STACK.md's traps are silent: `--cpu --num_processes 2` starts ONE process, and
+`--multi_gpu` without ACCELERATE_USE_CPU starts two that each think they are alone. So
+the test checks the process count and that both ranks hold identical weights after a step.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["outcome", "rspo"])
+def test_two_cpu_processes_keep_identical_weights(warm_model, tmp_path, mode):
+    out = tmp_path / "ddp.json"
+    env = {
+        **os.environ,
+        "ACCELERATE_USE_CPU": "true",
+        "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "29533",
+        str(HERE / "ddp_check.py"),
+        str(warm_model),
+        str(out),
+        f"reward.mode={mode}",
+        "train.minibatches=2",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["num_processes"] == 2
+    a, b = sorted(result["ranks"], key=lambda r: r["rank"])
+    assert a["tasks"] != b["tasks"]  # each rank plays its own share of the tasks
+    assert a["before"] == b["before"]  # same initialization
+    assert a["after"] != a["before"]  # the step changed the weights...
+    assert a["after"] == pytest.approx(b["after"], rel=0, abs=1e-9)  # ...identically on both ranks
+    assert a["finite"] and b["finite"]
