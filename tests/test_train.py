@@ -10,6 +10,7 @@ import torch
 from conftest import small_config
 
 from rspo import checkpoint
+from rspo.eval import evaluate_command
 from rspo.policy import CRITIC
 from rspo.train import rl_step, setup, train
 
@@ -91,6 +92,9 @@ def test_train_writes_eval_checkpoint_and_tensorboard(warm_model, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(warm_model)
     model = peft.PeftModel.from_pretrained(base, tmp_path / "checkpoints/step_000002/policy/target")
     assert model.active_adapter == "default"
+    # `rspo eval` on the final checkpoint reproduces the run's final (greedy) eval.
+    assert evaluate_command(cfg) == out["after"]
+    assert json.loads((tmp_path / "checkpoints/step_000002/eval.json").read_text()) == out["after"]
 
 
 def test_resume_reproduces_the_next_step(warm_model, tmp_path):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from rspo.algorithms import ALGORITHMS, turns_from_batch
 from rspo.algorithms.losses import low_var_kl, masked_mean, policy_loss
@@ -115,6 +116,9 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
         adv = whiten(adv)
     offpolicy = data.offpolicy[data.rows]
     sums: dict[str, float] = {}
+    bar = tqdm(
+        total=cfg.train.epochs * minibatches, desc=f"update {learner.name}", disable=not cfg.log.progress, leave=False
+    )
     for _ in range(cfg.train.epochs):
         for mb in torch.randperm(len(view)).tensor_split(minibatches):
             for k, v in policy_step(acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], cfg).items():
@@ -122,6 +126,8 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
             if learner.critic:
                 loss = critic_step(acc, policy, learner, view.select(mb), values[mb], returns[mb], cfg)
                 sums["loss/value"] = sums.get("loss/value", 0.0) + loss
+            bar.update(1)
+    bar.close()
     steps = cfg.train.epochs * minibatches
     metrics = {k: v / steps for k, v in sums.items()}
     metrics |= {
