@@ -133,3 +133,12 @@ def test_shutdown_leaves_no_workers(cfg):
     del pool
     gc.collect()
     assert not any(p.is_alive() for p in processes)  # the weakref finalizer stopped them
+
+
+def test_expert_actions_skip_envs_not_in_use(cfg):
+    # A pool larger than the work (e.g. sized for eval) holds envs that were never reset.
+    with EnvPool(cfg, 3) as pool:
+        pool.reset([("train", 0), None, ("train", 1)])
+        actions = pool.expert_actions([True, False, True])
+        assert actions[1] is None
+        assert all(isinstance(a, str) and a for a in (actions[0], actions[2]))

@@ -60,7 +60,7 @@ class Trajectory:
 class Rollout:
     batch: TurnBatch
     trajectories: list[Trajectory]
-    timing: dict[str, float]  # seconds: generate, env; counts: tokens, env_steps
+    timing: dict[str, float]  # seconds: generate, reset, env (steps); counts: tokens, env_steps
 
 
 def anchor_key(observation: str) -> int:
@@ -173,7 +173,7 @@ def collect(
     env_tasks = [t for t in tasks for p in plans for _ in range(p.count)]
     t0 = time.perf_counter()
     states = pool.reset(env_tasks + [None] * (pool.num_envs - n))[:n]
-    timing = {"generate": 0.0, "env": time.perf_counter() - t0, "tokens": 0.0, "env_steps": 0.0}
+    timing = {"generate": 0.0, "reset": time.perf_counter() - t0, "env": 0.0, "tokens": 0.0, "env_steps": 0.0}
     slots = _new_slots(plans, tasks, states)
     rows: list[dict] = []
     bar = tqdm(total=max_turns, desc=desc, disable=not progress, leave=False)

@@ -38,7 +38,7 @@ def expert_demos(
         for _ in range(max_turns):
             if not any(active):
                 break
-            experts = pool.expert_actions()
+            experts = pool.expert_actions(active + [False] * (pool.num_envs - len(chunk)))
             actions: list[str | None] = [None] * pool.num_envs
             for i, s in enumerate(states):
                 if active[i]:

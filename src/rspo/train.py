@@ -157,7 +157,7 @@ def rl_step(run: Run) -> dict[str, float]:
             run.policy.copy_weights("explorer", "target")
     metrics |= {
         "perf/time_generate_s": ro.timing["generate"],
-        "perf/time_env_s": ro.timing["env"],
+        "perf/time_env_s": ro.timing["env"] + ro.timing["reset"],
         "perf/time_update_s": time.perf_counter() - t_update,
         "perf/tokens_per_s": ro.timing["tokens"] / max(ro.timing["generate"], 1e-9),
         "perf/env_steps_per_s": ro.timing["env_steps"] / max(ro.timing["env"], 1e-9),
@@ -217,28 +217,15 @@ def resume(run: Run) -> None:
         print(f"resumed from {path} at step {run.step}")
 
 
-def run_eval(run: Run, tag: str) -> dict[str, float]:
-    cfg = run.cfg
-    results = evaluate(
-        run.policy,
-        run.pool,
-        cfg,
-        adapter="target",
-        rank=run.acc.process_index,
-        world=run.acc.num_processes,
-        gather=gather_object,
-    )
-    if cfg.eval.explorer and run.buffer is not None:
-        results |= evaluate(
-            run.policy,
-            run.pool,
-            cfg,
-            adapter="explorer",
-            rank=run.acc.process_index,
-            world=run.acc.num_processes,
-            gather=gather_object,
-            prefix="eval_explorer/",
-        )
+def run_eval(run: Run) -> dict[str, float]:
+    """Evaluate the target (and the explorer when `eval.explorer`); log under `eval/…`."""
+    adapters = {"target": "eval/"}
+    if run.cfg.eval.explorer and run.buffer is not None:
+        adapters["explorer"] = "eval_explorer/"
+    results: dict[str, float] = {}
+    for adapter, prefix in adapters.items():
+        results |= evaluate(run.policy, run.pool, run.cfg, adapter=adapter, rank=run.acc.process_index,
+                            world=run.acc.num_processes, gather=gather_object, prefix=prefix)  # fmt: skip
     run.logger.scalars(results, run.step)
     return results
 
@@ -248,7 +235,7 @@ def train(cfg: Config) -> dict:
     run = setup(cfg)
     try:
         resume(run)
-        before = run_eval(run, "before") if run.step == 0 else {}
+        before = run_eval(run) if run.step == 0 else {}
         history = []
         while run.step < cfg.train.steps:
             metrics = rl_step(run)
@@ -258,10 +245,10 @@ def train(cfg: Config) -> dict:
             run.logger.console(run.step + 1, cfg.train.steps, metrics, CONSOLE_KEYS)
             run.step += 1
             if cfg.eval.every and run.step % cfg.eval.every == 0 and run.step < cfg.train.steps:
-                run_eval(run, f"step {run.step}")
+                run_eval(run)
             if cfg.train.save_every and run.step % cfg.train.save_every == 0:
                 save(run)
-        after = run_eval(run, "after")
+        after = run_eval(run)
         save(run)
         if run.acc.is_main_process:
             write_json(Path(cfg.train.output_dir) / "eval_summary.json", {"before": before, "after": after})

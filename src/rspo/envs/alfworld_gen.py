@@ -46,14 +46,9 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-TASK_TYPES = [
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-]
+from rspo.config import ALFWORLD_TASK_TYPES
+
+TASK_TYPES = ALFWORLD_TASK_TYPES
 # rspo split name -> directory name in the official layout
 SPLIT_DIRS = {"train": "train", "eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
 

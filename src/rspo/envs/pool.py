@@ -1,7 +1,7 @@
 """A pool of text environments stepped in parallel worker processes.
 
 `EnvPool(cfg, num_envs)` builds `num_envs` environments with `rspo.envs.make_env(cfg)`,
-split into contiguous blocks over `cfg.num_workers` processes (0 = all in this process).
+dealt round-robin over `cfg.num_workers` processes (0 = all in this process).
 Each call sends every worker its share first and then collects the answers, so workers
 step their environments at the same time. The in-process mode runs the very same
 command handler (`EnvGroup.run`), so both modes give identical results; environments are
@@ -76,8 +76,8 @@ class EnvGroup:
                 self.last[i] = error_state(e, self.last[i])
         return [self.last[i] for i, _ in items]
 
-    def expert(self, _: Any) -> list[str]:
-        return [env.expert_action() for env in self.envs]
+    def expert(self, ids: list[int]) -> list[str]:
+        return [self.envs[i].expert_action() for i in ids]
 
     def max_steps(self, _: Any) -> int:
         return self.envs[0].max_steps
@@ -217,7 +217,8 @@ class EnvPool:
         num_workers = min(cfg.num_workers, num_envs)
         groups = max(num_workers, 1)
         sizes = [num_envs // groups + (w < num_envs % groups) for w in range(groups)]
-        self._owner = [(w, i) for w, size in enumerate(sizes) for i in range(size)]  # env -> (worker, local index)
+        # env e -> (worker, local index), dealt round-robin so a partly used pool stays balanced
+        self._owner = [(e % groups, e // groups) for e in range(num_envs)]
         self._workers: list = []
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
         self._broken = ""
@@ -262,10 +263,12 @@ class EnvPool:
         items = [(e, (self._owner[e][1], a)) for e, a in enumerate(actions) if a is not None]
         return self._scatter("step", items)
 
-    def expert_actions(self) -> list[str]:
-        """Every env's expert action from its current state."""
-        answers = self._call({w: None for w in range(len(self._workers))}, command="expert")
-        return [answers[w][i] for w, i in self._owner]
+    def expert_actions(self, active: list[bool] | None = None) -> list[str | None]:
+        """The expert action of each env from its current state (None where `active[i]` is False)."""
+        if active is not None:
+            self._check_length(active, "active flags")
+        envs = range(self.num_envs) if active is None else [e for e, a in enumerate(active) if a]
+        return self._scatter("expert", [(e, self._owner[e][1]) for e in envs])
 
     def close(self) -> None:
         self._finalizer()
