@@ -11,10 +11,10 @@ that would take too long at full N is timed on a prefix of the batch and scaled 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
+from common import timed
 
 from rspo.algorithms import Turns, random_turns
 from rspo.algorithms.gigpo import gigpo_advantages, gigpo_advantages_loop
@@ -33,22 +33,6 @@ def make_turns(n: int, seed: int = 0) -> Turns:
     """Exactly n turns: trajectories of 1..16 turns in groups of 8, 3 anchor states per turn index."""
     turns = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed)
     return turns.select(torch.arange(n))
-
-
-def timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
-    """Best (minimum) wall time of `fn` over `repeats` calls, in seconds, after one warm-up call.
-
-    The minimum is the least noisy estimate on a shared machine (as `timeit` advises).
-    """
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def time_loop(loop: Callable[[Turns], object], turns: Turns, budget_s: float) -> tuple[float, str]:

@@ -10,28 +10,11 @@ the loop reference's time and their ratio.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import torch
+from common import timed
 
 from rspo.rewards.swap import rspo_group_advantages, rspo_group_advantages_loop
-
-
-def timed(fn: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
-    """Best (minimum) wall time of `fn` over `repeats` calls, in seconds, after one warm-up call.
-
-    The minimum is the least noisy estimate on a shared machine (as `timeit` advises).
-    """
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def make_inputs(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
