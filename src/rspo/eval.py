@@ -45,7 +45,7 @@ def evaluate(
                 progress=cfg.log.progress,
                 desc=f"eval {split}",
             )
-            trajs += [(t.task_type, t.won, t.score, t.turns, t.invalid) for t in ro.trajectories]
+            trajs += [(t.task_type, t.won, t.score, t.process, t.turns, t.invalid) for t in ro.trajectories]
         if gather is not None and world > 1:
             trajs = gather(trajs)
         results |= split_metrics(trajs, f"{prefix}{split}/")
@@ -59,8 +59,12 @@ def spread(k: int, n: int) -> list[int]:
     return [i * n // k for i in range(k)]
 
 
-def split_metrics(trajs: list[tuple[str, bool, float, int, int]], prefix: str) -> dict[str, float]:
-    """Aggregate (task_type, won, score, turns, invalid) tuples into rates."""
+def split_metrics(trajs: list[tuple[str, bool, float, float, int, int]], prefix: str) -> dict[str, float]:
+    """Aggregate (task_type, won, score, progress, turns, invalid) tuples into rates.
+
+    `progress` is the summed process reward, Phi(s_T) - Phi(s_0): on ALFWorld the fraction of
+    the task's goal conditions met at the end (ALFRED's goal-condition success), on
+    WebShop the score of the item last viewed/bought. It moves before success does."""
     by_type: dict[str, list[tuple]] = defaultdict(list)
     for t in trajs:
         by_type[t[0]].append(t)
@@ -70,16 +74,17 @@ def split_metrics(trajs: list[tuple[str, bool, float, int, int]], prefix: str) -
         n = max(len(group), 1)
         out[p + "success_rate"] = sum(t[1] for t in group) / n
         out[p + "score"] = sum(t[2] for t in group) / n
+        out[p + "progress"] = sum(t[3] for t in group) / n
         if not name:
-            turns = sum(t[3] for t in group)
+            turns = sum(t[4] for t in group)
             out[p + "num_tasks"] = float(len(group))
-            out[p + "invalid_action_rate"] = sum(t[4] for t in group) / max(turns, 1)
+            out[p + "invalid_action_rate"] = sum(t[5] for t in group) / max(turns, 1)
     return out
 
 
 def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config) -> str:
-    """Success/score before and after RL, one line per split and task type."""
-    keys = [k for k in after if k.endswith(("success_rate", "score"))]
+    """Success rate and progress before and after RL, one line per split and task type."""
+    keys = [k for k in after if k.endswith(("success_rate", "progress"))]
     width = max([len(k) for k in keys] + [10])
     lines = [f"{'metric':<{width}}  {'before':>8}  {'after':>8}", "-" * (width + 20)]
     for k in keys:

@@ -249,7 +249,8 @@ def train(cfg: Config) -> dict:
             if cfg.train.save_every and run.step % cfg.train.save_every == 0:
                 save(run)
         after = run_eval(run)
-        save(run)
+        if not (cfg.train.save_every and run.step % cfg.train.save_every == 0):  # not saved just above
+            save(run)
         if run.acc.is_main_process:
             write_json(Path(cfg.train.output_dir) / "eval_summary.json", {"before": before, "after": after})
             print(summary_table(before, after, cfg))
