@@ -1,6 +1,7 @@
 """Evaluation on held-out splits: success rate and score, overall and per task type.
 
-Greedy decoding by default (`eval.temperature=0`); one trajectory per task;
+Greedy decoding with `eval.temperature=0`, else sampling with a fixed seed (every eval of
+a run samples alike, so before/after differ only by the weights); one trajectory per task;
 `eval.num_tasks` tasks of each split in `eval.splits`, evenly spaced through the split
 (deterministic), spread over ranks.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+
+import torch
 
 from rspo.batch import TARGET
 from rspo.config import Config
@@ -27,6 +30,12 @@ def evaluate(
     prefix: str = "eval/",
 ) -> dict[str, float]:
     """`{prefix}{split}/success_rate`, `…/score`, `…/{task_type}/success_rate`, …"""
+    with torch.random.fork_rng(devices=[]):  # the same sampling seed at every eval; training's RNG untouched
+        torch.manual_seed(cfg.train.seed + rank)
+        return _evaluate(policy, pool, cfg, adapter, rank, world, gather, prefix)
+
+
+def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather, prefix) -> dict[str, float]:
     max_turns = cfg.rollout.max_turns or pool.max_steps
     results: dict[str, float] = {}
     for split in cfg.eval.splits:
