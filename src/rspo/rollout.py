@@ -218,18 +218,14 @@ def collect(
     return Rollout(_assemble(rows, slots, policy.tokenizer.pad_token_id), [s.traj for s in slots], timing)
 
 
-_warned: list[bool] = []
-
-
 def _prompt(tokenizer, env_name: str, slot: _Slot, cfg) -> list[int]:
     s = slot.state
     turn = Turn(s.task, s.observation, s.admissible, slot.history[-cfg.history_length :] if cfg.history_length else [])
     ids = render_prompt(tokenizer, env_name, turn, cfg.require_think, cfg.max_prompt_tokens)
-    if len(ids) > cfg.max_prompt_tokens and not _warned:
-        _warned.append(True)  # the task and the observation alone exceed the budget: keep them whole
-        warnings.warn(
-            f"a prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={cfg.max_prompt_tokens} "
-            "even without history and actions; raise the budget",
+    if len(ids) > cfg.max_prompt_tokens:  # task + observation alone exceed the budget: keep them whole
+        warnings.warn(  # shown once per run by Python's default warning filter
+            f"a prompt exceeds rollout.max_prompt_tokens={cfg.max_prompt_tokens} even without history "
+            "and actions (kept whole); raise the budget",
             stacklevel=2,
         )
     return ids
