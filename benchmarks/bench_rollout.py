@@ -46,9 +46,9 @@ ENVS = {
 }
 
 
-def make_config(env: str, max_new_tokens: int) -> Config:
+def make_config(env: str, max_new_tokens: int, overrides: tuple[str, ...] = ()) -> Config:
     rollout_keys = [f"rollout.max_new_tokens={max_new_tokens}", "rollout.max_prompt_tokens=768"]
-    return default_model_config(*ENVS[env], *rollout_keys, "log.progress=false", "sft.episodes=0")
+    return default_model_config(*ENVS[env], *rollout_keys, "log.progress=false", "sft.episodes=0", *overrides)
 
 
 class CountingGenerate:
@@ -90,9 +90,17 @@ def run_once(policy, pool, cfg: Config, env: str, n: int, micro_batch: int, turn
     return {**ro.timing, "wall": wall, "calls": len(counter.sizes), "max_prompts": max(counter.sizes)}
 
 
-def bench_env(env: str, sizes: list[int], turns: int, repeats: int, max_new_tokens: int, seed: int) -> list[dict]:
+def bench_env(
+    env: str,
+    sizes: list[int],
+    turns: int,
+    repeats: int,
+    max_new_tokens: int,
+    seed: int,
+    overrides: tuple[str, ...] = (),
+) -> list[dict]:
     """Batched and sequential rollouts at each size; the faster of `repeats` interleaved runs."""
-    cfg = make_config(env, max_new_tokens)
+    cfg = make_config(env, max_new_tokens, overrides)
     t0 = time.perf_counter()
     with EnvPool(cfg.env, 8) as pool:  # the tokenizer corpus: 16 expert episodes, the same for every size
         policy = build_policy(cfg.model, demo_corpus(cfg, pool, episodes=16))
@@ -152,6 +160,7 @@ def main() -> None:
     parser.add_argument("--no-alfworld", action="store_true", help="skip ALFWorld (2 env worker processes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: see the docstring)")
+    parser.add_argument("overrides", nargs="*", help="config overrides, e.g. rollout.behavior_logprobs=sampler")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [int(x) for x in args.envs.split(",") if x] or ([8] if args.quick else [8, 32])
@@ -159,7 +168,7 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 2)
     envs = ["webshop"] if args.quick or args.no_alfworld else ["webshop", "alfworld"]
 
-    cfg = make_config("webshop", args.max_new_tokens)
+    cfg = make_config("webshop", args.max_new_tokens, tuple(args.overrides))
     t = cfg.model.tiny
     print(
         f"tiny Llama: hidden {t.hidden_size}, {t.num_layers} layers, {t.num_heads} heads, vocab <= {t.vocab_size}, "
@@ -169,7 +178,7 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}, load before {os.getloadavg()}\n")
     rows = []
     for env in envs:
-        rows += bench_env(env, sizes, turns, repeats, args.max_new_tokens, args.seed)
+        rows += bench_env(env, sizes, turns, repeats, args.max_new_tokens, args.seed, tuple(args.overrides))
     print()
     print_table(rows)
     print_ratios(rows)

@@ -113,6 +113,20 @@ def test_left_padded_batch_acts_like_one_at_a_time_greedy(setup):
         torch.testing.assert_close(torch.tensor(alone_lp[0]), torch.tensor(lp), atol=1e-4, rtol=0)
 
 
+def test_sampler_logprobs_equal_a_second_forward(setup):
+    # rollout.behavior_logprobs=sampler reads the sampling pass's own logits instead of a second forward.
+    _, _, policy = setup
+    tok = policy.tokenizer
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Instruction: buy a red shirt", "WebShop"]]
+    torch.manual_seed(3)
+    resp_f, lp_f = generate(policy, prompts, 10, temperature=1.0, top_p=1.0, logprobs_from="forward")
+    torch.manual_seed(3)
+    resp_s, lp_s = generate(policy, prompts, 10, temperature=1.0, top_p=1.0, logprobs_from="sampler")
+    assert resp_f == resp_s
+    for a, b in zip(lp_f, lp_s):
+        torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-4, rtol=0)
+
+
 def test_sampling_is_seeded(setup):
     cfg, pool, policy = setup
     runs = []

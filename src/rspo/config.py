@@ -110,6 +110,7 @@ class RolloutConfig:
     top_p: float = 1.0
     micro_batch: int = 32  # sequences per generate / forward call
     require_think: bool = False  # ask for <think>...</think> before <action>
+    behavior_logprobs: str = "forward"  # forward (a second pass, exact) | sampler (the sampling pass's logits)
     invalid_action_penalty: float = 0.1
 
 
@@ -214,6 +215,7 @@ CHOICES: dict[str, list[str]] = {
     "env.webshop.outcome": ["success", "score"],
     "env.webshop.backend": ["generated", "real"],
     "algo.name": ["grpo", "ppo", "gigpo"],
+    "rollout.behavior_logprobs": ["forward", "sampler"],
     "algo.norm": ["mean_std", "mean"],
     "reward.mode": ["outcome", "process", "shaped", "rspo"],
     "rspo.offpolicy": ["clip", "shaping", "positive_only"],

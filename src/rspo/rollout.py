@@ -100,8 +100,23 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 @torch.no_grad()
-def generate(policy, prompts: list[list[int]], max_new_tokens: int, temperature: float, top_p: float):
-    """Sample one response per prompt. Returns (response ids list, behavior log-probs list)."""
+def generate(
+    policy,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    logprobs_from: str = "forward",
+):
+    """Sample one response per prompt. Returns (response ids list, behavior log-probs list).
+
+    Behavior log-probs are log pi(token) at temperature 1 (the policy itself, as the
+    trainer scores it), from `logprobs_from`:
+      forward  a separate forward pass over prompt + response: bit-for-bit what the
+               update's forward computes, so the on-policy ratio starts at exactly 1;
+      sampler  the logits of the sampling pass itself (KV-cached): no second prefill,
+               equal up to float rounding (~1e-6 in fp32, more in bf16).
+    """
     tok = policy.tokenizer
     ids, mask = left_pad(prompts, tok.pad_token_id)
     ids, mask = ids.to(policy.device), mask.to(policy.device)
@@ -115,16 +130,22 @@ def generate(policy, prompts: list[list[int]], max_new_tokens: int, temperature:
         stop_strings=[STOP],
         tokenizer=tok,
         pad_token_id=tok.pad_token_id,
+        output_logits=logprobs_from == "sampler",
+        return_dict_in_generate=True,
         **sampling,
     )
-    responses = out[:, ids.shape[1] :].cpu()
+    responses = out.sequences[:, ids.shape[1] :].cpu()
     lengths = response_lengths(tok, responses, policy.eos_token_ids)
     R = max(lengths)
     resp_mask = (torch.arange(R)[None, :] < torch.tensor(lengths)[:, None]).long()
-    full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
-    full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
-    logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R)
-    logprobs = logprobs.float().cpu()
+    if logprobs_from == "sampler":
+        logits = torch.stack(out.logits[:R], dim=1).float()  # (n, R, V) raw logits, before temperature/top-p
+        logprobs = logits.log_softmax(-1).gather(-1, responses[:, :R, None].to(logits.device)).squeeze(-1).cpu()
+    else:
+        full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
+        full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
+        logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R)
+        logprobs = logprobs.float().cpu()
     resp = [responses[i, :n].tolist() for i, n in enumerate(lengths)]
     return resp, [logprobs[i, :n].tolist() for i, n in enumerate(lengths)]
 
@@ -189,7 +210,9 @@ def collect(
             with policy.use(adapter):
                 for c in range(0, len(ids), cfg.micro_batch):
                     chunk = slice(c, c + cfg.micro_batch)
-                    resp, logp = generate(policy, prompts[chunk], cfg.max_new_tokens, temperature, cfg.top_p)
+                    resp, logp = generate(
+                        policy, prompts[chunk], cfg.max_new_tokens, temperature, cfg.top_p, cfg.behavior_logprobs
+                    )
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
                         text = policy.tokenizer.decode(r, skip_special_tokens=True)
                         actions[i], valid = parse_action(text)
