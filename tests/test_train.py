@@ -126,3 +126,29 @@ def test_non_finite_loss_stops_before_touching_weights(warm_model, tmp_path):
     finally:
         run.pool.close()
     assert checkpoint.latest(tmp_path) is None
+
+
+def test_rspo_explorer_warmup_then_sync(warm_model, tmp_path):
+    cfg = small_config(
+        f"model.init_from={warm_model}",
+        f"train.output_dir={tmp_path}",
+        "reward.mode=rspo",
+        "rspo.explorer_warmup_steps=1",
+        "rspo.sync_every=2",
+        "rspo.explorer_rollouts=2",
+    )
+    torch.manual_seed(0)
+    run = setup(cfg)
+    try:
+        target = snapshot(run.policy, "target")
+        first = rl_step(run)  # warm-up: only the explorer samples and trains
+        run.step += 1
+        assert "loss/policy" not in first and "rollout/success_rate" not in first
+        assert all(torch.equal(a, b) for a, b in zip(target, snapshot(run.policy, "target")))
+        assert "explorer/loss/policy" in first and "explorer/rollout/success_rate" in first
+        second = rl_step(run)  # both train; step 2 is a sync step: the target becomes the explorer
+        assert "loss/policy" in second and "explorer/loss/policy" in second
+        synced = zip(snapshot(run.policy, "target"), snapshot(run.policy, "explorer"))
+        assert all(torch.equal(a, b) for a, b in synced)
+    finally:
+        run.pool.close()
