@@ -31,6 +31,11 @@ class Turn:
     history: list[tuple[str, str]]  # (observation, action) pairs, oldest first
 
 
+def add_history(history: list[tuple[str, str]], observation: str, action: str, k: int) -> list[tuple[str, str]]:
+    """The last `k` (observation, action) pairs after this step (none when k = 0)."""
+    return [*history, (observation, action)][-k:] if k else []
+
+
 def format_instruction(require_think: bool) -> str:
     if require_think:
         return (

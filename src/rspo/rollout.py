@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from rspo.batch import TurnBatch
 from rspo.envs.base import EnvState
-from rspo.prompts import Turn, parse_action, render_prompt
+from rspo.prompts import Turn, add_history, parse_action, render_prompt
 
 STOP = "</action>"
 
@@ -243,7 +243,7 @@ def collect(
 
 def _prompt(tokenizer, env_name: str, slot: _Slot, cfg) -> list[int]:
     s = slot.state
-    turn = Turn(s.task, s.observation, s.admissible, slot.history[-cfg.history_length :] if cfg.history_length else [])
+    turn = Turn(s.task, s.observation, s.admissible, slot.history)
     ids = render_prompt(tokenizer, env_name, turn, cfg.require_think, cfg.max_prompt_tokens)
     if len(ids) > cfg.max_prompt_tokens:  # task + observation alone exceed the budget: keep them whole
         warnings.warn(  # shown once per run by Python's default warning filter
@@ -263,8 +263,7 @@ def _advance(slot: _Slot, row: dict, state: EnvState, action: str, history_lengt
     t.outcome += state.outcome
     t.process += state.process
     t.transcript.append((slot.state.observation, row["text"]))
-    if history_length:
-        slot.history = (slot.history + [(slot.state.observation, action)])[-history_length:]
+    slot.history = add_history(slot.history, slot.state.observation, action, history_length)
     slot.state = state
     if state.done:
         slot.done = True

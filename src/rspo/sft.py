@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from rspo.config import Config
-from rspo.prompts import Turn, format_response, render_prompt, user_message
+from rspo.prompts import Turn, add_history, format_response, render_prompt, user_message
 
 
 def expert_demos(
@@ -43,11 +43,11 @@ def expert_demos(
             for i, s in enumerate(states):
                 if active[i]:
                     actions[i] = experts[i]
-                    demos.append((Turn(s.task, s.observation, s.admissible, history[i][-history_length:]), experts[i]))
+                    demos.append((Turn(s.task, s.observation, s.admissible, list(history[i])), experts[i]))
             new = pool.step(actions)
             for i in range(len(chunk)):
                 if active[i]:
-                    history[i] = (history[i] + [(states[i].observation, actions[i])])[-max(history_length, 1) :]
+                    history[i] = add_history(history[i], states[i].observation, actions[i], history_length)
                     states[i] = new[i]
                     active[i] = not new[i].done
     return demos

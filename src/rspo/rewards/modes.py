@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from rspo.batch import TARGET
@@ -54,11 +55,11 @@ def learner_data(
         target_r, explorer_r, explorer_rows = swap_rewards(outcome, process, source)
         return {
             "target": LearnerData(source >= 0, outcome_scale * target_r - pen, ~on_policy),
-            "explorer": LearnerData(explorer_rows, process_scale * explorer_r - pen, explorer_rows & False),
+            "explorer": LearnerData(explorer_rows, process_scale * explorer_r - pen, torch.zeros_like(explorer_rows)),
         }
     reward = {
         "outcome": outcome_scale * outcome,
         "process": process_scale * process,
         "shaped": outcome_scale * outcome + shaped_coef * process_scale * process,
     }[mode]
-    return {"target": LearnerData(on_policy, reward - pen, on_policy & False)}
+    return {"target": LearnerData(on_policy, reward - pen, torch.zeros_like(on_policy))}
