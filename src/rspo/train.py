@@ -196,6 +196,7 @@ def success_of(batch, trajectories) -> torch.Tensor:
 def save(run: Run) -> None:
     state = {name: l.state_dict() for name, l in run.learners.items()}
     state["buffer"] = run.buffer.state_dict() if run.buffer is not None else None
+    state["rank_rng"] = gather_object([checkpoint.rng_state()])  # each rank samples its own stream
     if run.acc.is_main_process:
         checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg))
     run.acc.wait_for_everyone()
@@ -211,7 +212,9 @@ def resume(run: Run) -> None:
         learner.load_state_dict(state[name])
     if run.buffer is not None and state.get("buffer"):
         run.buffer.load_state_dict(state["buffer"])
-    checkpoint.set_rng_state(state["rng"])
+    per_rank = state.get("rank_rng") or []
+    same_world = len(per_rank) == run.acc.num_processes
+    checkpoint.set_rng_state(per_rank[run.acc.process_index] if same_world else state["rng"])
     run.step = state["step"]
     if run.acc.is_main_process:
         print(f"resumed from {path} at step {run.step}")
