@@ -34,7 +34,8 @@ class Logger:
     def console(self, step: int, total: int, metrics: dict[str, float], keys: list[str]) -> None:
         if not self.enabled:
             return
-        parts = [f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in keys if k in metrics]
+        label = {k: k.replace("rollout/", "").replace("loss/", "").replace("perf/", "").replace("/", "_") for k in keys}
+        parts = [f"{label[k]}={metrics[k]:.3g}" for k in keys if k in metrics]
         print(f"step {step}/{total} " + " ".join(parts), flush=True)
 
     def close(self) -> None:
