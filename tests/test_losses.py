@@ -76,19 +76,25 @@ def test_token_mean_over_the_batch():
 BEHAVIOR = torch.tensor([[ln(0.5), ln(0.1)]])
 
 
+def offpolicy_loss(logp, method, behavior=BEHAVIOR, adv=(1.0,), **kw):
+    """`policy_loss` with every row off-policy, all tokens masked in."""
+    n = logp.shape[0]
+    return policy_loss(
+        logp,
+        behavior,
+        torch.tensor(adv),
+        torch.ones(n, 2),
+        clip_ratio=0.2,
+        offpolicy=torch.ones(n, dtype=torch.bool),
+        offpolicy_method=method,
+        **kw,
+    )
+
+
 def test_offpolicy_clip():
     # c = 2: w = min(rho, 2) = (0.8, 2.0);  A = 1: loss = -(0.8 + 2.0) / 2 = -1.4
     logp = lp(0.4, 0.5)
-    loss, m = policy_loss(
-        logp,
-        BEHAVIOR,
-        torch.tensor([1.0]),
-        torch.ones(1, 2),
-        clip_ratio=0.2,
-        offpolicy=torch.tensor([True]),
-        offpolicy_method="clip",
-        offpolicy_clip=2.0,
-    )
+    loss, m = offpolicy_loss(logp, "clip", offpolicy_clip=2.0)
     torch.testing.assert_close(loss, torch.tensor(-1.4))
     assert m["offpolicy/truncated_frac"] == pytest.approx(0.5)
     assert m["offpolicy/weight_mean"] == pytest.approx(1.4)
@@ -101,30 +107,12 @@ def test_offpolicy_shaping():
     # gamma 0.1: f(p) = p / (p + 0.1) = (0.4 / 0.5, 0.5 / 0.6) = (0.8, 0.83333); A = 1: loss = -0.816667
     # d f / d logp = gamma p / (p + gamma)^2 = (0.04 / 0.25, 0.05 / 0.36) = (0.16, 0.138889); /2 tokens
     logp = lp(0.4, 0.5)
-    loss, _ = policy_loss(
-        logp,
-        BEHAVIOR,
-        torch.tensor([1.0]),
-        torch.ones(1, 2),
-        clip_ratio=0.2,
-        offpolicy=torch.tensor([True]),
-        offpolicy_method="shaping",
-        shaping_gamma=0.1,
-    )
+    loss, _ = offpolicy_loss(logp, "shaping", shaping_gamma=0.1)
     torch.testing.assert_close(loss, torch.tensor(-(0.8 + 0.5 / 0.6) / 2))
     loss.backward()
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.08, -0.05 / 0.36 / 2]]))
     # no behavior ratio: the explorer's probabilities do not matter
-    other, _ = policy_loss(
-        logp,
-        torch.zeros(1, 2),
-        torch.tensor([1.0]),
-        torch.ones(1, 2),
-        clip_ratio=0.2,
-        offpolicy=torch.tensor([True]),
-        offpolicy_method="shaping",
-        shaping_gamma=0.1,
-    )
+    other, _ = offpolicy_loss(logp, "shaping", behavior=torch.zeros(1, 2), shaping_gamma=0.1)
     torch.testing.assert_close(other, loss)
 
 
@@ -132,15 +120,7 @@ def test_offpolicy_positive_only():
     # the same two tokens in two rows, A = +1 and A = -1: row 0 as `clip` (-0.8, -2.0), row 1 zero loss;
     # zeroed tokens stay in the denominator: (-0.8 - 2.0 + 0 + 0) / 4 = -0.7
     logp = torch.tensor([[ln(0.4), ln(0.5)]] * 2, requires_grad=True)
-    loss, _ = policy_loss(
-        logp,
-        BEHAVIOR.expand(2, 2),
-        torch.tensor([1.0, -1.0]),
-        torch.ones(2, 2),
-        clip_ratio=0.2,
-        offpolicy=torch.tensor([True, True]),
-        offpolicy_method="positive_only",
-    )
+    loss, _ = offpolicy_loss(logp, "positive_only", behavior=BEHAVIOR.expand(2, 2), adv=(1.0, -1.0))
     torch.testing.assert_close(loss, torch.tensor(-0.7))
     loss.backward()
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.2, -0.5], [0.0, 0.0]]))
