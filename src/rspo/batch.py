@@ -46,6 +46,22 @@ class TurnBatch:
     def to(self, device: torch.device | str) -> TurnBatch:
         return TurnBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
+    def trim(self) -> TurnBatch:
+        """Drop columns that are padding in every row (left of prompts, right of responses)."""
+        P = self.prompt_len
+        first = int(self.attention_mask[:, :P].any(0).float().argmax()) if P else 0  # first used prompt column
+        R = max(int(self.response_mask.sum(1).max()), 1) if len(self) else 1  # longest response
+        keep = torch.cat([torch.arange(first, P), torch.arange(P, P + R)])
+        return TurnBatch(
+            **{
+                **self.__dict__,
+                "input_ids": self.input_ids[:, keep],
+                "attention_mask": self.attention_mask[:, keep],
+                "response_mask": self.response_mask[:, :R],
+                "behavior_logprobs": self.behavior_logprobs[:, :R],
+            }
+        )
+
     def select(self, rows: Tensor) -> TurnBatch:
         """Rows `rows` (a bool mask or an index tensor), every field sliced alike."""
         return TurnBatch(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})

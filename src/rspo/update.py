@@ -60,23 +60,6 @@ def make_learner(acc, policy, cfg, name: str, lr: float) -> Learner:
     return learner
 
 
-def trim(b: TurnBatch) -> TurnBatch:
-    """Drop columns that are padding in every row (left of prompts, right of responses)."""
-    P = b.prompt_len
-    first = int(b.attention_mask[:, :P].any(0).float().argmax()) if P else 0
-    R = max(int(b.response_mask.sum(1).max()), 1)
-    keep = torch.cat([torch.arange(first, P), torch.arange(P, P + R)])
-    return TurnBatch(
-        **{
-            **b.__dict__,
-            "input_ids": b.input_ids[:, keep],
-            "attention_mask": b.attention_mask[:, keep],
-            "response_mask": b.response_mask[:, :R],
-            "behavior_logprobs": b.behavior_logprobs[:, :R],
-        }
-    )
-
-
 def chunks(rows: Tensor, size: int) -> list[Tensor]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
@@ -94,7 +77,7 @@ def critic_values(policy, critic: str, batch: TurnBatch, micro_batch: int) -> Te
     """(N,) the critic's value of each turn's prompt."""
     out = []
     for rows in chunks(torch.arange(len(batch)), micro_batch):
-        x = trim(batch.select(rows)).to(policy.device)
+        x = batch.select(rows).trim().to(policy.device)
         out.append(policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], critic).float())
     return torch.cat(out).cpu()
 
@@ -175,7 +158,7 @@ def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpo
     tokens = mb.response_mask.sum().clamp(min=1)
     metrics: dict[str, float] = {}
     for rows, sync in accumulate(acc, policy.nets[learner.name], len(mb), cfg.train.micro_batch):
-        x = trim(mb.select(rows)).to(policy.device)
+        x = mb.select(rows).trim().to(policy.device)
         weight = x.response_mask.sum() / tokens  # this micro-batch's share of the token mean
         with sync:
             loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], cfg)
@@ -198,7 +181,7 @@ def critic_step(acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor
     """One critic optimizer step on one minibatch. Returns the value loss."""
     total = 0.0
     for rows, sync in accumulate(acc, policy.nets[learner.critic], len(mb), cfg.train.micro_batch):
-        x = trim(mb.select(rows)).to(policy.device)
+        x = mb.select(rows).trim().to(policy.device)
         with sync:
             v = policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], learner.critic)
             loss, _ = value_loss(

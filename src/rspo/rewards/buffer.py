@@ -37,22 +37,6 @@ class _Entry:
     batch: TurnBatch  # one trajectory, CPU, trimmed, source = REPLAY
 
 
-def _trim(b: TurnBatch) -> TurnBatch:
-    """Drop prompt columns that are padding in every row (left) and response ones (right)."""
-    p = b.prompt_len
-    used_prompt = b.attention_mask[:, :p].any(0)  # (P,)
-    first = int(used_prompt.nonzero()[0]) if bool(used_prompt.any()) else p
-    used_resp = b.attention_mask[:, p:].any(0) | (b.response_mask > 0).any(0)  # (R,)
-    r = int(used_resp.nonzero()[-1]) + 1 if bool(used_resp.any()) else 0
-    out = {f.name: getattr(b, f.name) for f in fields(b)}
-    for name in ("input_ids", "attention_mask"):
-        x = out[name]
-        out[name] = torch.cat([x[:, first:p], x[:, p : p + r]], dim=1)
-    out["response_mask"] = b.response_mask[:, :r]
-    out["behavior_logprobs"] = b.behavior_logprobs[:, :r]
-    return TurnBatch(**out)
-
-
 class ReplayBuffer:
     def __init__(self, size: int, staleness: int, successes_only: bool = True) -> None:
         self.size = size
@@ -85,7 +69,7 @@ class ReplayBuffer:
         for k, rows in enumerate(torch.split(torch.arange(len(batch)), counts.tolist())):
             if int(batch.source[rows[0]]) != EXPLORER or (self.successes_only and not bool(success[k])):
                 continue
-            b = _trim(batch.select(rows))
+            b = batch.select(rows).trim()
             b.source = torch.full_like(b.source, REPLAY)
             b.traj_id = torch.zeros_like(b.traj_id)
             b.group_id = torch.zeros_like(b.group_id)
