@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
-from common import timed
+from common import keep_freed_memory, timed
 
 from rspo.algorithms import Turns, random_turns
 from rspo.algorithms.gigpo import gigpo_advantages, gigpo_advantages_loop
@@ -31,8 +31,9 @@ ESTIMATORS = {
 
 def make_turns(n: int, seed: int = 0) -> Turns:
     """Exactly n turns: trajectories of 1..16 turns in groups of 8, 3 anchor states per turn index."""
-    turns = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed)
-    return turns.select(torch.arange(n))
+    turns = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed).select(torch.arange(n))
+    turns.last[-1] = True  # the cut trajectory ends at the cut
+    return turns
 
 
 def time_loop(loop: Callable[[Turns], object], turns: Turns, budget_s: float) -> tuple[float, str]:
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a per-core ratio)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    allocator = keep_freed_memory()
     n = args.turns or (8192 if args.quick else 65536)
     repeats, budget = (5, 5.0) if args.quick else (20, 60.0)
     torch.manual_seed(0)
@@ -61,6 +63,7 @@ def main() -> None:
     device = f", CUDA {torch.cuda.get_device_name()}" if cuda else ", no CUDA"
     threads = torch.get_num_threads()
     print(f"N = {n:,} turns, {num_traj:,} trajectories, torch {torch.__version__}, {threads} CPU threads{device}")
+    print(f"allocator: {allocator}")
     print(f"{'estimator':<10}{'vectorized CPU':>16}{'loop reference':>16}{'ratio':>9}  {'CUDA':>10}  loop timing")
     for name, (fast, loop) in ESTIMATORS.items():
         t_fast = timed(lambda fast=fast: fast(turns, **KW), repeats)
@@ -71,7 +74,7 @@ def main() -> None:
             t = timed(lambda fast=fast, cu=cu: fast(cu, **KW), repeats, torch.cuda.synchronize)
             t_cuda = f"{t * 1e3:8.3f} ms"
         print(f"{name:<10}{t_fast * 1e3:13.2f} ms{t_loop * 1e3:13.1f} ms{t_loop / t_fast:8.0f}x  {t_cuda:>10}  {how}")
-    print("loop references: pure Python over lists (see *_loop); both sides on one core; best of repeats")
+    print(f"loop references: pure Python over lists (*_loop), one core; vectorized: {threads} thread(s); best times")
 
 
 if __name__ == "__main__":

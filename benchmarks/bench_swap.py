@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import timed
+from common import keep_freed_memory, timed
 
 from rspo.rewards.swap import rspo_group_advantages, rspo_group_advantages_loop
 
@@ -32,16 +32,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a per-core ratio)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    allocator = keep_freed_memory()
     n, k, repeats = (8192, 512, 5) if args.quick else (65536, 4096, 20)
     inputs = make_inputs(n, k)
     cuda = torch.cuda.is_available()
-    print(f"N = {n:,} trajectories in {k:,} groups, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    threads = torch.get_num_threads()
+    print(f"N = {n:,} trajectories in {k:,} groups, torch {torch.__version__}, {threads} CPU threads")
+    print(f"allocator: {allocator}")
     t_fast = timed(lambda: rspo_group_advantages(*inputs), repeats)
     t_loop = timed(lambda: rspo_group_advantages_loop(*inputs), repeats=3)
     print(
         f"vectorized CPU {t_fast * 1e3:9.2f} ms   loop reference {t_loop * 1e3:9.1f} ms   ratio {t_loop / t_fast:6.0f}x"
     )
-    print("loop reference: pure Python over lists (rspo_group_advantages_loop); both sides on one core")
+    print(f"loop reference: pure Python over lists (the *_loop function), one core; vectorized: {threads} thread(s)")
     if cuda:
         cu = tuple(x.cuda() for x in inputs)
         t_cuda = timed(lambda: rspo_group_advantages(*cu), repeats, torch.cuda.synchronize)

@@ -9,13 +9,13 @@ from rspo.algorithms.ppo import gae, ppo_advantages, ppo_advantages_loop, value_
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 R3 = torch.tensor([0.0, 0.0, 1.0])
 V3 = torch.tensor([0.5, 0.6, 0.8])
-ONE_TRAJ = torch.zeros(3, dtype=torch.long)
+LAST3 = torch.tensor([False, False, True])  # one trajectory of three turns
 
 
 def test_gae_gamma_lambda_one():
     # delta = r + V_next - V: (0 + 0.6 - 0.5, 0 + 0.8 - 0.6, 1 + 0 - 0.8) = (0.1, 0.2, 0.2)
     # A = suffix sums: (0.5, 0.4, 0.2)  (= sum r - V_t);  returns = A + V = (1, 1, 1)
-    adv, ret = gae(R3, V3, ONE_TRAJ, gamma=1.0, lam=1.0)
+    adv, ret = gae(R3, V3, LAST3, gamma=1.0, lam=1.0)
     torch.testing.assert_close(adv, torch.tensor([0.5, 0.4, 0.2]))
     torch.testing.assert_close(ret, torch.tensor([1.0, 1.0, 1.0]))
 
@@ -24,7 +24,7 @@ def test_gae_discounted():
     # gamma 0.9, lambda 0.95 (gamma*lambda = 0.855):
     # delta = (0.9*0.6 - 0.5, 0.9*0.8 - 0.6, 1 - 0.8) = (0.04, 0.12, 0.2)
     # A2 = 0.2;  A1 = 0.12 + 0.855*0.2 = 0.291;  A0 = 0.04 + 0.855*0.291 = 0.288805
-    adv, ret = gae(R3, V3, ONE_TRAJ, gamma=0.9, lam=0.95)
+    adv, ret = gae(R3, V3, LAST3, gamma=0.9, lam=0.95)
     torch.testing.assert_close(adv, torch.tensor([0.288805, 0.291, 0.2]))
     torch.testing.assert_close(ret, torch.tensor([0.788805, 0.891, 1.0]))
 
@@ -34,7 +34,7 @@ def test_gae_trajectories_do_not_leak():
     adv, _ = gae(
         torch.cat([R3, torch.tensor([1.0])]),
         torch.cat([V3, torch.tensor([100.0])]),
-        torch.tensor([0, 0, 0, 1]),
+        torch.tensor([False, False, True, True]),
         gamma=0.9,
         lam=0.95,
     )

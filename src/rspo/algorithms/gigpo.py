@@ -24,10 +24,10 @@ passes the raw return through; rspo treats singletons one way at both levels.
 `norm` ("mean_std" / "mean") applies to both levels, as in the reference (the paper's
 F_norm = std or 1).
 
-Vectorization: R_t is a segment-wise reverse discounted cumsum (a log-depth scan, no loop
-over trajectories); step groups are dense ids of the distinct (group_id, anchor) pairs,
-from a stable sort (what `torch.unique(..., return_inverse=True)` does, faster), so no
-hashing in Python. `gigpo_advantages_loop` is the readable reference.
+Vectorization: R_t is a reverse discounted cumsum along each trajectory (a log-depth
+scan, no loop over trajectories); step groups come from a sort-free hash-table election
+on (group_id, anchor) (`anchor_groups`), and A^S from segment reductions over them.
+`gigpo_advantages_loop` is the readable reference.
 """
 
 from __future__ import annotations
@@ -38,40 +38,60 @@ import torch
 from torch import Tensor
 
 from rspo.algorithms.grpo import episode_advantages, group_normalize, group_normalize_loop, grpo_advantages_loop
-from rspo.segment import segment_discounted_cumsum, segment_discounted_cumsum_loop
+from rspo.segment import Segments, discounted_cumsum, segment_discounted_cumsum_loop, weights
 
 if TYPE_CHECKING:
     from rspo.algorithms import Turns
 
 
-def anchor_groups(group_id: Tensor, anchor: Tensor) -> tuple[Tensor, int]:
-    """Step-group id of every turn (N,), one per distinct (group_id, anchor), and the count.
+def _odd_constant(i: int) -> int:
+    """The i-th odd pseudo-random 64-bit constant (splitmix64 of i), as a signed int64."""
+    z = (i + 1) * 0x9E3779B97F4A7C15 % 2**64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % 2**64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB % 2**64
+    z = (z ^ (z >> 31)) | 1
+    return z - 2**64 if z >= 2**63 else z
 
-    Equivalent to `torch.unique(torch.stack([group_id, anchor], 1), dim=0, return_inverse=True)`,
-    which is far slower on CPU (~150 ms vs ~2 ms at N = 65,536). Here: order the rows so that equal pairs are adjacent
-    (rows sorted by group, then stably by anchor), mark where a pair starts, number the
-    starts with a cumsum and scatter the numbers back. One 64-bit sort when the rows are
-    already grouped by task (the trainer's batches are), two otherwise.
+
+def anchor_groups(group_id: Tensor, anchor: Tensor) -> Segments:
+    """Step groups G^S: one segment per distinct (group_id, anchor) pair.
+
+    The pair is compared as one 64-bit key, anchor + group_id * C (wrapping, C a random odd
+    constant): two pairs share a key with probability ~2^-64, as likely as two observations
+    sharing their 63-bit anchor hash, which the grouping already accepts.
+
+    A segment's id is the index of one of its rows (ids in [0, N)), found without sorting by
+    electing a representative per key in hash tables, exactly (a slot collision costs a
+    round, never merges two keys):
+      1. hash each pending row's key to a slot of a table of 2^b >= 2 * (pending rows) slots
+         (multiplicative hashing: the top b bits of key * odd multiplier, wrapping);
+      2. every pending row writes its index into its slot; one writer per slot wins;
+      3. a row whose slot's winner has the same key joins the winner's segment (the winner
+         joins its own); the rest, whose slot a different key won, go again with a new
+         multiplier.
+    Every key that wins a slot is settled in its round, so the pending rows shrink
+    geometrically (about 1/8 of them are left after a round). This replaces
+    `torch.unique(key, return_inverse=True)`, whose 64-bit sort dominated the estimator.
     """
-    n = anchor.numel()
-    if n == 0:
-        return anchor.clone(), 0
-    order = torch.arange(n, device=anchor.device)
-    if not bool((group_id[1:] >= group_id[:-1]).all()):
-        order = torch.argsort(group_id, stable=True)
-    a, by_anchor = torch.sort(anchor.index_select(0, order), stable=True)  # (N,) sorted anchors
-    order = order.index_select(0, by_anchor)  # (N,) row of each sorted position
-    g = group_id.index_select(0, order)  # (N,) equal (g, a) pairs are now adjacent
-    starts = torch.ones(n, dtype=torch.long, device=anchor.device)  # (N,) 1 where a new pair begins
-    starts[1:] = ((g[1:] != g[:-1]) | (a[1:] != a[:-1])).long()
-    ids_sorted = torch.cumsum(starts, 0) - 1  # (N,) step-group id in sorted order
-    step_group = torch.empty_like(ids_sorted).scatter_(0, order, ids_sorted)  # (N,) back to row order
-    return step_group, int(ids_sorted[-1]) + 1
+    key = anchor + group_id * _odd_constant(0)  # (N,)
+    rows, p_key = torch.arange(key.numel(), device=key.device), key  # (P,) pending rows and their keys
+    rep = rows  # (N,) the representative row of each row's key, once settled
+    round_ = 0
+    while rows.numel():
+        bits = max(1, (2 * rows.numel() - 1).bit_length())
+        slot = ((p_key * _odd_constant(1 + round_)) >> (64 - bits)) & ((1 << bits) - 1)  # (P,)
+        winner = rows.new_empty(1 << bits).scatter_(0, slot, rows).index_select(0, slot)  # (P,)
+        rep = winner if round_ == 0 else rep.index_copy_(0, rows, winner)  # right for the settled rows
+        left = (key.index_select(0, winner) != p_key).nonzero().squeeze(1)  # (P',) a different key won the slot
+        rows, p_key = rows.index_select(0, left), p_key.index_select(0, left)
+        round_ += 1
+    return Segments(rep, rep.numel())
 
 
 def step_returns(turns: Turns, gamma: float) -> Tensor:
     """R_t = r_t + gamma * R_{t+1} within each trajectory, 0 after its last turn -> (N,)."""
-    return segment_discounted_cumsum(turns.reward, gamma, turns.traj_id)
+    link = weights(~turns.last, turns.reward.dtype) * gamma  # (N,) gamma, 0 at a trajectory's last turn
+    return discounted_cumsum(turns.reward, link, max_len=int(turns.turn.amax()) + 1 if len(turns) else 1)
 
 
 def gigpo_advantages(
@@ -79,9 +99,8 @@ def gigpo_advantages(
 ) -> tuple[Tensor, None]:
     """GiGPO per-turn advantages (N,) and no critic returns. lam: unused."""
     a_episode = episode_advantages(turns, norm, eps)  # (N,) A^E(tau_i)
-    step_group, num = anchor_groups(turns.group_id, turns.anchor)  # (N,) G^S(s~)
     ret = step_returns(turns, gamma)  # (N,) R_t^(i)
-    a_step = group_normalize(ret, step_group, norm, eps, num_groups=num)  # (N,) A^S(a_t^(i))
+    a_step = group_normalize(ret, anchor_groups(turns.group_id, turns.anchor), norm, eps)  # (N,) A^S(a_t^(i))
     return a_episode + step_weight * a_step, None  # Eq. (8)
 
 

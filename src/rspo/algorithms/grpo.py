@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from rspo.segment import num_segments, segment_mean_std, segment_sum
+from rspo.segment import Segments, num_segments, segment_mean_std, weights
 
 if TYPE_CHECKING:
     from rspo.algorithms import Turns
@@ -34,33 +34,27 @@ NORMS = ("mean_std", "mean")
 
 def group_normalize(
     x: Tensor,
-    group_id: Tensor,
+    groups: Tensor | Segments,
     norm: str = "mean_std",
     eps: float = 1e-6,
     *,
     mask: Tensor | None = None,
-    num_groups: int | None = None,
 ) -> Tensor:
-    """Normalize x (M,) within groups `group_id` (M,) -> (M,).
+    """Normalize x (M,) within groups -> (M,).
 
-    With `mask` (M,) bool, only masked rows form the groups (statistics and count) and
-    unmasked rows get 0. Groups of one (masked) row get 0. `num_groups` (max id + 1)
-    saves one host sync on CUDA.
+    `groups`: the group id of each row (M,), or their `Segments` (built once when several
+    calls share the groups, as the RSPO swap's two do). With `mask` (M,) bool, only masked
+    rows form the groups (statistics and count) and unmasked rows get 0. Groups of one
+    (masked) row get 0.
     """
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
-    num = num_segments(group_id) if num_groups is None else num_groups
-    # Statistics in float64: a group of equal float32 returns then has x - mean = 0 exactly
-    # (in float32, k * x / k can miss x by an ulp, which 1 / eps blows up to ~0.01).
-    xd = x.double()  # (M,)
-    mean, std, count = segment_mean_std(xd, group_id, num, mask)  # (K,) each
-    scale = 1 / (std + eps) if norm == "mean_std" else torch.ones_like(std)  # (K,)
-    scale = torch.where(count > 1, scale, torch.zeros_like(scale))  # (K,) singletons -> 0
-    # Per-row gathers with index_select (several times faster than x[ids] on CPU), and masks
-    # applied by multiplication (torch.where on a bool mask is slow on CPU).
-    out = (xd - mean.index_select(0, group_id)) * scale.index_select(0, group_id)  # (M,)
-    out = out if mask is None else out * mask.to(out.dtype)
-    return out.to(x.dtype)
+    seg = groups if isinstance(groups, Segments) else Segments.of(groups)
+    dev, std, count = segment_mean_std(x, seg, mask)  # row-shaped, (K,), (K,); exact 0 for equal values
+    scale = weights(count > 1, x.dtype)  # (K,) singletons -> 0
+    if norm == "mean_std":
+        scale = scale / (std + eps)  # std > 0 (see segment_mean_std), so finite even when eps = 0
+    return seg.flat(dev.mul_(seg.expand(scale)))
 
 
 def group_normalize_loop(
@@ -87,13 +81,14 @@ def group_normalize_loop(
 
 def episode_advantages(turns: Turns, norm: str, eps: float) -> Tensor:
     """A(tau) of every turn's trajectory -> (N,). The GRPO advantage; GiGPO's A^E."""
-    num_traj = num_segments(turns.traj_id)
-    ret = segment_sum(turns.reward, turns.traj_id, num_traj)  # (M,) R(tau) = sum_t r_t
-    # The task group of each trajectory (every row of a trajectory has the same group_id).
-    traj_group = turns.group_id.new_zeros(num_traj).scatter_(0, turns.traj_id, turns.group_id)  # (M,)
-    present = segment_sum(torch.ones_like(turns.reward), turns.traj_id, num_traj) > 0  # (M,) unused ids skipped
-    adv = group_normalize(ret, traj_group, norm, eps, mask=present)  # (M,)
-    return adv.index_select(0, turns.traj_id)  # (N,) broadcast to every turn
+    trajs = Segments(turns.traj_id, num_segments(turns.traj_id))  # rows -> trajectory ids [0, M)
+    ret = trajs.sum(turns.reward)  # (M,) R(tau) = sum_t r_t
+    # The task group of each trajectory (every row of a trajectory has the same group_id);
+    # -1 marks ids no row uses (a `select`ed subset keeps sparse ids), left out by the mask.
+    traj_group = turns.group_id.new_full((trajs.num,), -1).scatter_(0, turns.traj_id, turns.group_id)  # (M,)
+    present = traj_group >= 0  # (M,)
+    adv = group_normalize(ret, traj_group.clamp(min=0), norm, eps, mask=present)  # (M,)
+    return trajs.expand(adv)  # (N,) broadcast to every turn
 
 
 def grpo_advantages(

@@ -29,34 +29,33 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from rspo.segment import segment_discounted_cumsum
+from rspo.segment import discounted_cumsum, weights
 
 if TYPE_CHECKING:
     from rspo.algorithms import Turns
 
 
-def _next_value(value: Tensor, traj_id: Tensor) -> Tensor:
-    """V_{t+1} within the trajectory, 0 after its last turn -> (N,)."""
-    nxt = torch.zeros_like(value)
-    same = traj_id[1:] == traj_id[:-1]  # (N-1,) row t+1 continues row t's trajectory
-    nxt[:-1] = value[1:] * same.to(value.dtype)
-    return nxt
+def gae(
+    reward: Tensor, value: Tensor, last: Tensor, gamma: float, lam: float, max_len: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Turn-level GAE -> (advantages (N,), returns (N,)).
 
-
-def gae(reward: Tensor, value: Tensor, traj_id: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
-    """Turn-level GAE -> (advantages (N,), returns (N,)). Rows sorted by (traj_id, turn)."""
-    delta = reward + gamma * _next_value(value, traj_id) - value  # (N,) delta_t
-    adv = segment_discounted_cumsum(delta, gamma * lam, traj_id)  # (N,) A_t
+    Rows sorted by (traj_id, turn); `last` (N,) bool marks each trajectory's last turn, after
+    which V = 0. `max_len` (the longest trajectory) defaults to N.
+    """
+    cont = weights(~last, value.dtype)  # (N,) 1 where the trajectory goes on after turn t
+    next_value = torch.cat([value[1:], value.new_zeros(1)]) * cont  # (N,) V_{t+1}, 0 after the last turn
+    delta = torch.add(reward - value, next_value, alpha=gamma)  # (N,) delta_t = r_t + gamma V_{t+1} - V_t
+    adv = discounted_cumsum(delta, (gamma * lam) * cont, reward.numel() if max_len is None else max_len)  # (N,) A_t
     return adv, adv + value
 
 
-def gae_loop(reward: Tensor, value: Tensor, traj_id: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+def gae_loop(reward: Tensor, value: Tensor, last: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Loop reference for `gae`: the textbook backward recursion per trajectory."""
-    r, v, ids = reward.tolist(), value.tolist(), traj_id.tolist()
+    r, v, ends = reward.tolist(), value.tolist(), last.tolist()
     adv = [0.0] * len(r)
     for t in reversed(range(len(r))):
-        same = t + 1 < len(r) and ids[t + 1] == ids[t]
-        v_next, a_next = (v[t + 1], adv[t + 1]) if same else (0.0, 0.0)
+        v_next, a_next = (0.0, 0.0) if ends[t] or t + 1 == len(r) else (v[t + 1], adv[t + 1])
         adv[t] = r[t] + gamma * v_next - v[t] + gamma * lam * a_next
     adv_t = torch.tensor(adv, dtype=reward.dtype)
     return adv_t, adv_t + value
@@ -68,13 +67,14 @@ def ppo_advantages(
     """PPO per-turn advantages and returns (N,) from `turns.value`. norm, step_weight: unused."""
     if turns.value is None:
         raise ValueError("ppo needs critic values: build Turns with value=(N,) critic outputs")
-    return gae(turns.reward, turns.value.detach().to(turns.reward.dtype), turns.traj_id, gamma, lam)
+    value = turns.value.detach().to(turns.reward.dtype)
+    return gae(turns.reward, value, turns.last, gamma, lam, max_len=int(turns.turn.amax()) + 1)
 
 
 def ppo_advantages_loop(turns: Turns, *, gamma: float, lam: float, **_: float) -> tuple[Tensor, Tensor]:
     """Loop reference for `ppo_advantages`."""
     assert turns.value is not None
-    return gae_loop(turns.reward, turns.value.to(turns.reward.dtype), turns.traj_id, gamma, lam)
+    return gae_loop(turns.reward, turns.value.to(turns.reward.dtype), turns.last, gamma, lam)
 
 
 def whiten(x: Tensor, mask: Tensor | None = None, eps: float = 1e-8) -> Tensor:

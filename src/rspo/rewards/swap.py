@@ -35,14 +35,16 @@ from torch import Tensor
 
 from rspo.algorithms.grpo import group_normalize, group_normalize_loop
 from rspo.batch import EXPLORER
+from rspo.segment import Segments
 
 
 def rspo_group_advantages(
     outcome: Tensor, process: Tensor, source: Tensor, group_id: Tensor, norm: str = "mean_std", eps: float = 1e-6
 ) -> tuple[Tensor, Tensor]:
     """Per-trajectory (target_adv (N,), explorer_adv (N,)) of mixed groups (see module docstring)."""
-    target_adv = group_normalize(outcome, group_id, norm, eps)  # all rows, outcome reward
-    explorer_adv = group_normalize(process, group_id, norm, eps, mask=source == EXPLORER)  # explorer rows, process
+    groups = Segments.of(group_id)  # shared by both updates' statistics
+    target_adv = group_normalize(outcome, groups, norm, eps)  # all rows, outcome reward
+    explorer_adv = group_normalize(process, groups, norm, eps, mask=source == EXPLORER)  # explorer rows, process
     return target_adv, explorer_adv
 
 
