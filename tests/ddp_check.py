@@ -2,6 +2,7 @@
 
 Writes JSON: the process count, each rank's tasks, and a checksum of each rank's target
 weights before and after the step (equal across ranks iff DDP synchronized the gradients).
+With RSPO, also each rank's replay-buffer tasks before a checkpoint and after resuming it.
 """
 
 import json
@@ -11,7 +12,8 @@ import torch
 from accelerate.utils import gather_object
 from conftest import small_config
 
-from rspo.train import rl_step, sample_tasks, setup
+from rspo.rewards.buffer import ReplayBuffer
+from rspo.train import resume, rl_step, sample_tasks, save, setup
 
 
 def checksum(policy) -> float:
@@ -27,6 +29,14 @@ def main() -> None:
         tasks = sample_tasks(run)
         metrics = rl_step(run)
         after = checksum(run.policy)
+        buffer, restored = None, None
+        if run.buffer is not None:
+            buffer = [e.task for e in run.buffer._entries]
+            save(run)
+            run.buffer = ReplayBuffer(size=1, staleness=1)
+            run.cfg.train.resume = "auto"
+            resume(run)
+            restored = [e.task for e in run.buffer._entries]
         rows = gather_object(
             [
                 {
@@ -35,6 +45,8 @@ def main() -> None:
                     "before": before,
                     "after": after,
                     "finite": all(torch.isfinite(torch.tensor(v)) for v in metrics.values()),
+                    "buffer": buffer,
+                    "restored": restored,
                 }
             ]
         )

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rspo.batch import EXPLORER, REPLAY, TARGET, TurnBatch, cat
-from rspo.rewards.buffer import ReplayBuffer
+from rspo.rewards.buffer import ReplayBuffer, resume_state
 
 P, R = 6, 4  # prompt / response widths of the fake batch
 
@@ -123,3 +123,22 @@ def test_state_dict_round_trip():
     # insertion order survives: new entries are still newer than restored ones
     restored.add(fake_batch([(EXPLORER, 1, 4)]), version=3, success=torch.tensor([True]))
     assert [len(x) for x in restored.sample(1, 5, version=3)] == [4, 2]
+
+
+def test_resume_state_per_rank_or_merged():
+    # rank 0 stored tasks 1 (version 2) and 2 (version 5); rank 1 stored task 3 (version 4)
+    ranks = [ReplayBuffer(size=10, staleness=10, successes_only=False) for _ in range(2)]
+    ranks[0].add(fake_batch([(EXPLORER, 1, 1)]), version=2, success=torch.tensor([True]))
+    ranks[0].add(fake_batch([(EXPLORER, 2, 1)]), version=5, success=torch.tensor([True]))
+    ranks[1].add(fake_batch([(EXPLORER, 3, 2)]), version=4, success=torch.tensor([True]))
+    saved = [b.state_dict() for b in ranks]
+    # same world size: each rank gets its own entries back
+    assert resume_state(saved, rank=1, world=2) is saved[1]
+    # another world size: every rank gets all of them, ordered by version (task 1, 3, 2)
+    merged = ReplayBuffer(size=0, staleness=0)
+    merged.load_state_dict(resume_state(saved, rank=0, world=1))
+    assert [e.task for e in merged._entries] == [1, 3, 2]
+    assert [e.seq for e in merged._entries] == [0, 1, 2]
+    assert [len(b) for b in merged.sample(3, 5, version=5)] == [2]
+    merged.add(fake_batch([(EXPLORER, 3, 1)]), version=6, success=torch.tensor([True]))
+    assert [len(b) for b in merged.sample(3, 5, version=6)] == [1, 2]  # new entries stay newest

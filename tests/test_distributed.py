@@ -45,6 +45,7 @@ def test_two_cpu_processes_keep_identical_weights(warm_model, tmp_path, mode):
         str(out),
         f"reward.mode={mode}",
         "train.minibatches=2",
+        "rspo.buffer_successes_only=false",  # fill the replay buffer, to check it survives a resume
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -56,3 +57,6 @@ def test_two_cpu_processes_keep_identical_weights(warm_model, tmp_path, mode):
     assert a["after"] != a["before"]  # the step changed the weights...
     assert a["after"] == pytest.approx(b["after"], rel=0, abs=1e-9)  # ...identically on both ranks
     assert a["finite"] and b["finite"]
+    if mode == "rspo":  # each rank keeps, saves and resumes its own replay buffer
+        assert a["buffer"] and b["buffer"] and a["buffer"] != b["buffer"]
+        assert (a["restored"], b["restored"]) == (a["buffer"], b["buffer"])

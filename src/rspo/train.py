@@ -25,7 +25,7 @@ from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, dump
 from rspo.eval import evaluate, summary_table
 from rspo.log import Logger, finite_or_raise, format_transcript, write_json
-from rspo.rewards.buffer import ReplayBuffer
+from rspo.rewards.buffer import ReplayBuffer, resume_state
 from rspo.rewards.modes import learner_data
 from rspo.rollout import Plan, collect
 from rspo.update import Learner, add_replay, make_learner, update_learner
@@ -195,7 +195,7 @@ def success_of(batch, trajectories) -> torch.Tensor:
 
 def save(run: Run) -> None:
     state = {name: l.state_dict() for name, l in run.learners.items()}
-    state["buffer"] = run.buffer.state_dict() if run.buffer is not None else None
+    state["rank_buffer"] = gather_object([run.buffer.state_dict()]) if run.buffer is not None else None
     state["rank_rng"] = gather_object([checkpoint.rng_state()])  # each rank samples its own stream
     if run.acc.is_main_process:
         checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg))
@@ -210,8 +210,8 @@ def resume(run: Run) -> None:
     run.policy.load(path / "policy")
     for name, learner in run.learners.items():
         learner.load_state_dict(state[name])
-    if run.buffer is not None and state.get("buffer"):
-        run.buffer.load_state_dict(state["buffer"])
+    if run.buffer is not None and state.get("rank_buffer"):  # each rank's own replay buffer
+        run.buffer.load_state_dict(resume_state(state["rank_buffer"], run.acc.process_index, run.acc.num_processes))
     per_rank = state.get("rank_rng") or []
     same_world = len(per_rank) == run.acc.num_processes
     checkpoint.set_rng_state(per_rank[run.acc.process_index] if same_world else state["rng"])

@@ -112,3 +112,19 @@ class ReplayBuffer:
             )
             for d in state["entries"]
         ]
+
+
+def resume_state(per_rank: list[dict], rank: int, world: int) -> dict:
+    """The buffer state that rank `rank` of `world` processes resumes from, given every
+    saving rank's state.
+
+    Each rank keeps its own buffer (the explorer trajectories of the tasks it played). With
+    as many processes as at saving, a rank gets its own back; otherwise every rank gets all
+    saved entries merged (oldest version first, then saving rank, then insertion order), so
+    no stored trajectory is lost; the size bound then keeps the newest.
+    """
+    if len(per_rank) == world:
+        return per_rank[rank]
+    entries = [(e["version"], r, e["seq"], e) for r, state in enumerate(per_rank) for e in state["entries"]]
+    merged = [e | {"seq": i} for i, (*_, e) in enumerate(sorted(entries, key=lambda x: x[:3]))]
+    return per_rank[0] | {"entries": merged, "seq": len(merged)}
