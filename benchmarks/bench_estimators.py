@@ -30,9 +30,22 @@ ESTIMATORS = {
 
 
 def make_turns(n: int, seed: int = 0) -> Turns:
-    """Exactly n turns: trajectories of 1..16 turns in groups of 8, 3 anchor states per turn index."""
-    turns = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed).select(torch.arange(n))
-    turns.last[-1] = True  # the cut trajectory ends at the cut
+    """Exactly n turns in whole groups, as a trainer batch: groups of 8 trajectories of 1..16
+    turns, 3 anchor states per turn index. The last trajectories are shortened (never cut
+    off) to land on n."""
+    full = random_turns(num_groups=n // 8 // 8 + 8, group_size=8, max_turns=16, seed=seed)
+    lengths = torch.bincount(full.traj_id)  # (M,)
+    ends = torch.cumsum(lengths.view(-1, 8).sum(1), 0)  # (K,) rows through each whole group
+    num_traj = 8 * (int(torch.searchsorted(ends, n)) + 1)  # the fewest whole groups holding >= n rows
+    lengths = lengths[:num_traj].clone()
+    excess = int(lengths.sum()) - n
+    for i in reversed(range(num_traj)):  # shorten from the end, keeping every trajectory >= 1 turn
+        cut = min(excess, int(lengths[i]) - 1)
+        lengths[i] -= cut
+        excess -= cut
+    keep = (full.traj_id < num_traj) & (full.turn < lengths[full.traj_id.clamp(max=num_traj - 1)])
+    turns = full.select(keep)
+    turns.last = turns.turn == lengths[turns.traj_id] - 1
     return turns
 
 

@@ -74,6 +74,8 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
     row["step"] = statistics.mean(steps)
     row["other"] = row["step"] - row["gen"] - row["env"] - row["update"]
     row["spread"] = (max(steps) - min(steps)) / row["step"]
+    # the advantage estimators (target and explorer learners), part of "update"
+    row["adv"] = statistics.mean(sum(v for k, v in m.items() if k.endswith("perf/time_advantages_s")) for m in history)
     return row
 
 
@@ -105,11 +107,17 @@ def main() -> None:
             rows[algo, mode] = summarize(time_steps([*shape, f"algo.name={algo}", f"reward.mode={mode}"], steps))
             print(f"  {algo}/{mode}: {time.perf_counter() - t0:.1f} s", flush=True)
 
-    head = f"{'algo':<7}{'reward':<9}{'step s':>8}{'gen':>7}{'env':>7}{'update':>8}{'other':>7}{'spread':>8}"
+    head = (
+        f"{'algo':<7}{'reward':<9}{'step s':>8}{'gen':>7}{'env':>7}{'update':>8}{'other':>7}{'spread':>8}"
+        f"{'advantages (in update)':>24}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for (algo, mode), r in rows.items():
         fractions = "".join(f"{r[p] / r['step']:>{w}.0%}" for p, w in (("gen", 7), ("env", 7), ("update", 8)))
-        print(f"{algo:<7}{mode:<9}{r['step']:>8.2f}{fractions}{r['other'] / r['step']:>7.0%}{r['spread']:>8.0%}")
+        adv = f"{r['adv'] * 1e3:.2f} ms = {r['adv'] / r['step']:.3%}"
+        print(
+            f"{algo:<7}{mode:<9}{r['step']:>8.2f}{fractions}{r['other'] / r['step']:>7.0%}{r['spread']:>8.0%}{adv:>24}"
+        )
 
     print("\nRSPO's cost per iteration (rspo / outcome, same run):")
     for algo in algos:

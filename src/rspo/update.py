@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -94,9 +95,11 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     algo, a = ALGORITHMS[cfg.algo.name], cfg.algo
     values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
     turns = turns_from_batch(view, data.reward[data.rows], values)
+    t_adv = time.perf_counter()
     adv, returns = algo.advantages(turns, norm=a.norm, gamma=a.gamma, lam=a.gae_lambda, step_weight=a.step_weight)
     if a.whiten_advantages:
         adv = whiten(adv)
+    t_adv = time.perf_counter() - t_adv
     offpolicy = data.offpolicy[data.rows]
     sums: dict[str, float] = {}
     bar = tqdm(
@@ -117,6 +120,7 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
         "adv/mean": adv.mean().item(),
         "adv/abs_mean": adv.abs().mean().item(),
         "reward/turn_mean": data.reward[data.rows].mean().item(),
+        "perf/time_advantages_s": t_adv,
     }
     return {prefix + k: v for k, v in metrics.items()}
 
