@@ -107,7 +107,7 @@ def segment_mean_std(x: Tensor, seg: Segments, mask: Tensor | None = None) -> tu
 
     The mean takes two passes: mu' from the sums, then the mean of the shifted values
     d_i = x_i - mu'_s. For a segment of equal values x, d is one small constant c (x and mu'
-    are within an ulp or two, so x - mu' is exact and has a few significant bits), its sum
+    are a few ulps apart, so x - mu' is exact and has a few significant bits), its sum
     n * c is exact and so is n * c / n: the deviation d - c is exactly 0 and so is the std.
     In one pass, a float32 n * x / n can miss x by an ulp, which a later 1 / (std + eps)
     blows up into a visible advantage. The shifted second pass is also the textbook cure
