@@ -35,6 +35,8 @@ def test_blocks_and_scattered_layouts_agree(masked, norm):
     a = group_normalize(x, fast, norm, mask=mask)
     b = group_normalize(x, slow, norm, mask=mask)
     torch.testing.assert_close(a, b)
+    strided = torch.stack([x, -x], 1)[:, 0]  # the same values, not contiguous
+    torch.testing.assert_close(group_normalize(strided, fast, norm, mask=mask), a)
     torch.testing.assert_close(a, group_normalize_loop(x, ids, norm, mask=mask), atol=1e-5, rtol=1e-5)
 
 

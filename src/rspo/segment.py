@@ -59,7 +59,7 @@ class Segments:
 
     def rows(self, v: Tensor) -> Tensor:
         """(N,) values in the layout's row shape: (S, L) for blocks, (N,) otherwise."""
-        return v.view(self.num, self.block) if self.block is not None else v
+        return v.reshape(self.num, self.block) if self.block is not None else v
 
     def flat(self, v: Tensor) -> Tensor:
         """Row-shaped values back to (N,)."""
