@@ -168,13 +168,12 @@ def discounted_cumsum(x: Tensor, link: Tensor, max_len: int) -> Tensor:
     return b[cur, :n]
 
 
-def segment_discounted_cumsum_loop(x: Tensor, coef: float | Tensor, ids: Tensor) -> Tensor:
+def segment_discounted_cumsum_loop(x: Tensor, coef: float, ids: Tensor) -> Tensor:
     """Loop reference for `discounted_cumsum` with link_t = coef while row t+1 has row t's id:
     walk each run of equal consecutive `ids` backwards."""
     xs, ids_l = x.tolist(), ids.tolist()
-    cs = [float(coef)] * len(xs) if not torch.is_tensor(coef) or coef.dim() == 0 else coef.tolist()
     y = [0.0] * len(xs)
     for t in reversed(range(len(xs))):
         same_run = t + 1 < len(xs) and ids_l[t + 1] == ids_l[t]
-        y[t] = xs[t] + (cs[t] * y[t + 1] if same_run else 0.0)
+        y[t] = xs[t] + (coef * y[t + 1] if same_run else 0.0)
     return torch.tensor(y, dtype=x.dtype, device=x.device)

@@ -50,6 +50,10 @@ class Turns:
     def __len__(self) -> int:
         return self.reward.shape[0]
 
+    def max_len(self) -> int:
+        """The longest trajectory's turn count (0 for no rows): bounds the per-trajectory scans."""
+        return int(self.turn.amax()) + 1 if len(self) else 0
+
     def select(self, rows: Tensor) -> Turns:
         """Rows `rows` (bool mask or sorted index tensor), every field sliced alike."""
         return Turns(

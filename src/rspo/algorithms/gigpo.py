@@ -91,7 +91,7 @@ def anchor_groups(group_id: Tensor, anchor: Tensor) -> Segments:
 def step_returns(turns: Turns, gamma: float) -> Tensor:
     """R_t = r_t + gamma * R_{t+1} within each trajectory, 0 after its last turn -> (N,)."""
     link = weights(~turns.last, turns.reward.dtype) * gamma  # (N,) gamma, 0 at a trajectory's last turn
-    return discounted_cumsum(turns.reward, link, max_len=int(turns.turn.amax()) + 1 if len(turns) else 1)
+    return discounted_cumsum(turns.reward, link, turns.max_len())
 
 
 def gigpo_advantages(

@@ -68,7 +68,7 @@ def ppo_advantages(
     if turns.value is None:
         raise ValueError("ppo needs critic values: build Turns with value=(N,) critic outputs")
     value = turns.value.detach().to(turns.reward.dtype)
-    return gae(turns.reward, value, turns.last, gamma, lam, max_len=int(turns.turn.amax()) + 1)
+    return gae(turns.reward, value, turns.last, gamma, lam, turns.max_len())
 
 
 def ppo_advantages_loop(turns: Turns, *, gamma: float, lam: float, **_: float) -> tuple[Tensor, Tensor]:
