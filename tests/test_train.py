@@ -97,6 +97,23 @@ def test_train_writes_eval_checkpoint_and_tensorboard(warm_model, tmp_path):
     assert json.loads((tmp_path / "checkpoints/step_000002/eval.json").read_text()) == out["after"]
 
 
+def test_eval_without_warm_start_rebuilds_the_runs_base_model(tmp_path, monkeypatch):
+    # No warm start and no init_from: the tiny base is built from expert episodes, which
+    # `rspo eval` must rebuild identically (its env pool is smaller than training's)
+    import rspo.policy
+
+    cfg = small_config(f"train.output_dir={tmp_path}", "train.steps=1", "train.save_every=1")
+    out = train(cfg)
+    run = setup(cfg)
+    run.pool.close()
+    built, inner = [], rspo.policy.build_policy
+    monkeypatch.setattr(rspo.policy, "build_policy", lambda *a, **k: built.append(inner(*a, **k)) or built[-1])
+    assert evaluate_command(cfg) == out["after"]
+    assert built[0].tokenizer.get_vocab() == run.policy.tokenizer.get_vocab()
+    evaluated, trained = base_weights(built[0]), base_weights(run.policy)
+    assert evaluated.keys() == trained.keys() and all(torch.equal(evaluated[n], trained[n]) for n in trained)
+
+
 def test_resume_reproduces_the_next_step(warm_model, tmp_path):
     common = [f"model.init_from={warm_model}", "train.save_every=1", "eval.num_tasks=1"]
     full = train(small_config(*common, f"train.output_dir={tmp_path / 'a'}", "train.steps=2"))

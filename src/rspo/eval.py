@@ -108,16 +108,17 @@ def evaluate_command(cfg: Config, checkpoint: str = "") -> dict[str, float]:
     from rspo import checkpoint as ckpt
     from rspo.envs.pool import EnvPool
     from rspo.policy import build_policy
+    from rspo.sft import model_corpus, warm_start_dir
 
     path = Path(checkpoint) if checkpoint else ckpt.latest(cfg.train.output_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.train.output_dir}/checkpoints; pass --checkpoint DIR")
-    if not cfg.model.init_from and (Path(cfg.train.output_dir) / "sft" / "config.json").is_file():
-        cfg.model.init_from = str(Path(cfg.train.output_dir) / "sft")
+    if cfg.sft.episodes > 0 and not cfg.model.init_from:  # the base model as `train.setup` chose it
+        cfg.model.init_from = str(warm_start_dir(cfg))
     adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
-    policy = build_policy(cfg.model, adapters=adapters)
-    policy.load(path / "policy")
     with EnvPool(cfg.env, min(cfg.eval.num_tasks, 32)) as pool:
+        policy = build_policy(cfg.model, model_corpus(cfg, pool), adapters=adapters)
+        policy.load(path / "policy")
         results = evaluate(policy, pool, cfg)
         if cfg.eval.explorer:
             results |= evaluate(policy, pool, cfg, adapter="explorer", prefix="eval_explorer/")

@@ -26,10 +26,11 @@ from rspo.prompts import Turn, add_history, format_response, render_prompt, user
 def expert_demos(
     pool, num_tasks: int, episodes: int, max_turns: int, history_length: int, seed: int
 ) -> list[tuple[Turn, str]]:
-    """(turn, expert action) pairs from `episodes` expert episodes on train tasks."""
+    """(turn, expert action) pairs from `episodes` expert episodes on train tasks, episode by
+    episode: the same list whatever the pool's size (it plays `pool.num_envs` at a time)."""
     rng = random.Random(seed)
     tasks = [("train", rng.randrange(num_tasks)) for _ in range(episodes)]
-    demos = []
+    by_episode: list[list[tuple[Turn, str]]] = [[] for _ in tasks]
     for start in range(0, episodes, pool.num_envs):
         chunk = tasks[start : start + pool.num_envs]
         states = pool.reset(chunk + [None] * (pool.num_envs - len(chunk)))[: len(chunk)]
@@ -43,14 +44,15 @@ def expert_demos(
             for i, s in enumerate(states):
                 if active[i]:
                     actions[i] = experts[i]
-                    demos.append((Turn(s.task, s.observation, s.admissible, list(history[i])), experts[i]))
+                    turn = Turn(s.task, s.observation, s.admissible, list(history[i]))
+                    by_episode[start + i].append((turn, experts[i]))
             new = pool.step(actions)
             for i in range(len(chunk)):
                 if active[i]:
                     history[i] = add_history(history[i], states[i].observation, actions[i], history_length)
                     states[i] = new[i]
                     active[i] = not new[i].done
-    return demos
+    return [demo for episode in by_episode for demo in episode]
 
 
 def corpus(demos: list[tuple[Turn, str]], env_name: str, require_think: bool) -> list[str]:
@@ -97,17 +99,29 @@ def demo_corpus(cfg: Config, pool, episodes: int = 32) -> Callable[[], list[str]
     return lambda: text
 
 
+def model_corpus(cfg: Config, pool) -> Callable[[], list[str]] | None:
+    """The corpus `build_policy` needs for `cfg.model`, the same in training and evaluation:
+    a tiny model built from scratch (no `model.init_from`) trains its tokenizer on a few
+    expert episodes; any other model brings its own tokenizer."""
+    return demo_corpus(cfg, pool) if cfg.model.name == "tiny" and not cfg.model.init_from else None
+
+
+def warm_start_dir(cfg: Config) -> Path:
+    """Where a run's SFT warm start lives (a full model, `model.init_from` for RL)."""
+    return Path(cfg.train.output_dir) / "sft"
+
+
 def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     """Collect demonstrations, build/load the model, fine-tune, save a full model to `out_dir`."""
     from rspo.envs.pool import EnvPool
-    from rspo.policy import Policy, load_base
+    from rspo.policy import build_policy
 
     with EnvPool(cfg.env, min(16, cfg.sft.episodes)) as pool:
         demos = collect_demos(cfg, pool, cfg.sft.episodes)
     text = corpus(demos, cfg.env.name, cfg.rollout.require_think)
     model_cfg = dataclasses.replace(cfg.model, lora=dataclasses.replace(cfg.model.lora, enabled=cfg.sft.lora))
-    model, tokenizer = load_base(model_cfg, lambda: text)
-    policy = Policy(model_cfg, model, tokenizer, adapters=["target"]).to("cuda" if torch.cuda.is_available() else "cpu")
+    policy = build_policy(model_cfg, lambda: text, device="cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = policy.tokenizer
     samples = sft_batches(tokenizer, demos, cfg.env.name, cfg.rollout.require_think, cfg.rollout.max_prompt_tokens)
     params = policy.parameters_of("target")
     opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.train.weight_decay)
@@ -143,6 +157,6 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
 
 
 def sft_command(cfg: Config) -> None:
-    out = Path(cfg.train.output_dir) / "sft"
+    out = warm_start_dir(cfg)
     run_sft(cfg, out, progress=cfg.log.progress)
     print(f"warm start saved to {out}  (train from it with model.init_from={out})")

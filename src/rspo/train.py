@@ -59,7 +59,7 @@ class Run:
 def setup(cfg: Config) -> Run:
     from rspo.envs.pool import EnvPool
     from rspo.policy import build_policy
-    from rspo.sft import demo_corpus
+    from rspo.sft import model_corpus
 
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
     acc = Accelerator(kwargs_handlers=[ddp], mixed_precision="bf16" if cfg.model.dtype == "bfloat16" else "no")
@@ -69,10 +69,9 @@ def setup(cfg: Config) -> Run:
     rspo = cfg.reward.mode == "rspo"
     per_task = cfg.rollout.group_size + (cfg.rspo.explorer_rollouts if rspo else 0)
     pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, 32)))
-    corpus = demo_corpus(cfg, pool) if cfg.model.name == "tiny" and not cfg.model.init_from else None
     policy = build_policy(
         cfg.model,
-        corpus,
+        model_corpus(cfg, pool),
         adapters=["target", "explorer"] if rspo else ["target"],
         critic=ALGORITHMS[cfg.algo.name].needs_critic,
         reference=cfg.algo.kl_coef > 0,
@@ -91,9 +90,9 @@ def setup(cfg: Config) -> Run:
 
 def warm_start(cfg: Config, acc: Accelerator) -> Path:
     """Run the SFT warm start once (main process) and reuse it on later runs."""
-    from rspo.sft import run_sft
+    from rspo.sft import run_sft, warm_start_dir
 
-    out = Path(cfg.train.output_dir) / "sft"
+    out = warm_start_dir(cfg)
     if acc.is_main_process and not (out / "config.json").is_file():
         run_sft(cfg, out, progress=cfg.log.progress)
     acc.wait_for_everyone()
