@@ -83,7 +83,7 @@ def main() -> None:
         t_loop, how = time_loop(loop, turns, budget)
         t_cuda = ""
         if cuda:
-            cu = Turns(**{k: v.cuda() for k, v in turns.__dict__.items()})
+            cu = turns.to("cuda")
             t = timed(lambda fast=fast, cu=cu: fast(cu, **KW), repeats, torch.cuda.synchronize)
             t_cuda = f"{t * 1e3:8.3f} ms"
         print(f"{name:<10}{t_fast * 1e3:13.2f} ms{t_loop * 1e3:13.1f} ms{t_loop / t_fast:8.0f}x  {t_cuda:>10}  {how}")

@@ -96,7 +96,7 @@ def test_matches_loop(norm, seed):
 @pytest.mark.gpu
 def test_matches_loop_cuda():
     turns = random_turns(num_groups=50, group_size=4, max_turns=10, seed=3)
-    cu = Turns(**{k: v.cuda() for k, v in turns.__dict__.items() if v is not None})
+    cu = turns.to("cuda")
     kw = dict(norm="mean_std", gamma=0.95, step_weight=1.0)
     adv, _ = gigpo_advantages(cu, lam=1.0, **kw)
     torch.testing.assert_close(adv.cpu(), gigpo_advantages_loop(turns, **kw), atol=1e-5, rtol=1e-5)

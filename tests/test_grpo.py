@@ -93,6 +93,6 @@ def test_registry_uniform_interface():
 @pytest.mark.gpu
 def test_matches_loop_cuda():
     turns = random_turns(num_groups=50, group_size=4, max_turns=8, seed=5)
-    cu = Turns(**{k: v.cuda() for k, v in turns.__dict__.items() if v is not None})
+    cu = turns.to("cuda")
     adv, _ = grpo_advantages(cu, **KW)
     torch.testing.assert_close(adv.cpu(), grpo_advantages_loop(turns, norm="mean_std"), atol=1e-5, rtol=1e-5)

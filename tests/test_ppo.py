@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rspo.algorithms import ALGORITHMS, Turns, random_turns
+from rspo.algorithms import ALGORITHMS, random_turns
 from rspo.algorithms.ppo import gae, ppo_advantages, ppo_advantages_loop, value_loss, whiten
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -105,7 +105,7 @@ def test_whiten():
 @pytest.mark.gpu
 def test_matches_loop_cuda():
     turns = random_turns(num_groups=50, group_size=4, max_turns=10, seed=3)
-    cu = Turns(**{k: v.cuda() for k, v in turns.__dict__.items()})
+    cu = turns.to("cuda")
     adv, ret = ppo_advantages(cu, norm="mean", gamma=0.95, lam=0.95, step_weight=1.0)
     adv_l, ret_l = ppo_advantages_loop(turns, gamma=0.95, lam=0.95)
     torch.testing.assert_close(adv.cpu(), adv_l, atol=1e-5, rtol=1e-5)

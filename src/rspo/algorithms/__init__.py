@@ -54,11 +54,18 @@ class Turns:
         """The longest trajectory's turn count (0 for no rows): bounds the per-trajectory scans."""
         return int(self.turn.amax()) + 1 if len(self) else 0
 
+    def _map(self, fn) -> Turns:
+        return Turns(
+            **{f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name)) for f in fields(self)}
+        )
+
     def select(self, rows: Tensor) -> Turns:
         """Rows `rows` (bool mask or sorted index tensor), every field sliced alike."""
-        return Turns(
-            **{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows] for f in fields(self)}
-        )
+        return self._map(lambda t: t[rows])
+
+    def to(self, device: torch.device | str) -> Turns:
+        """Every field on `device`."""
+        return self._map(lambda t: t.to(device))
 
 
 def turns_from_batch(batch: TurnBatch, reward: Tensor, value: Tensor | None = None) -> Turns:
