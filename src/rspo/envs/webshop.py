@@ -184,7 +184,7 @@ class WebshopEnv(TextEnv):
             raise RuntimeError("webshop: call reset() before step()")
         if self._state.done:  # nothing happens after the end; the state is repeated
             return EnvState(**{**vars(self._state), "outcome": 0.0, "process": 0.0, "valid": False})
-        phi_before = self.potential()
+        phi_before = self._state.info["phi"]  # Φ of the current page, as observed
         self._steps += 1
         parsed = parse_action(action)
         valid = parsed is not None and self._apply(*parsed)
