@@ -42,7 +42,9 @@ import math
 import torch
 from torch import Tensor
 
-METHODS = ("clip", "shaping", "positive_only")
+from rspo.config import CHOICES
+
+METHODS = CHOICES["rspo.offpolicy"]
 
 
 def truncated_is_weight(logprobs: Tensor, behavior_logprobs: Tensor, clip: float) -> Tensor:

@@ -24,8 +24,6 @@ from torch import Tensor
 from rspo.batch import TARGET
 from rspo.rewards.swap import swap_rewards
 
-MODES = ("outcome", "process", "shaped", "rspo")
-
 
 @dataclass
 class LearnerData:
