@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rspo.algorithms.losses import (
-    entropy_from_logits,
     kl_k3,
     logprobs_from_logits,
     low_var_kl,
@@ -157,11 +156,14 @@ def test_low_var_kl():
 def test_entropy_and_logprobs_from_logits():
     logits = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(0))
     ref = torch.distributions.Categorical(logits=logits).entropy()
-    torch.testing.assert_close(entropy_from_logits(logits), ref)
-    torch.testing.assert_close(entropy_from_logits(torch.zeros(1, 1, 4)), torch.tensor([[ln(4)]]))  # uniform
     labels = torch.randint(0, 7, (2, 3))
+    logp, entropy = logprobs_from_logits(logits, labels, with_entropy=True)
+    torch.testing.assert_close(entropy, ref)
+    uniform = logprobs_from_logits(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), with_entropy=True)[1]
+    torch.testing.assert_close(uniform, torch.tensor([[ln(4)]]))
     expected = logits.log_softmax(-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(logprobs_from_logits(logits, labels), expected)
+    torch.testing.assert_close(logp, expected)
+    assert logprobs_from_logits(logits, labels)[1] is None
 
 
 def test_masked_mean():

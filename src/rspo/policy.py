@@ -39,6 +39,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rspo.algorithms.losses import logprobs_from_logits
 from rspo.config import ModelConfig
 from rspo.models import Corpus, load_base
 
@@ -105,7 +106,6 @@ class Policy:
             raise ValueError(f"unknown policies {sorted(unknown)}; choose from {POLICIES}")
         self.lora = cfg.lora.enabled
         self.tokenizer = tokenizer
-        self.has_critic = critic
         self.critics = [critic_name(n) for n in self.names] if critic else []
         self.active = "target"
         self._in_reference = False
@@ -208,13 +208,7 @@ class Policy:
         """
         R = response_len
         logits = self._net(self.active)(input_ids, attention_mask, logits_to_keep=R + 1)[:, :-1]  # (N, R, V)
-        logits = logits.float() / temperature
-        lse = logits.logsumexp(-1)  # (N, R)
-        logp = logits.gather(-1, input_ids[:, -R:, None]).squeeze(-1) - lse
-        if not with_entropy:
-            return logp, None
-        entropy = lse - (logits.softmax(-1) * logits).sum(-1)  # H = logsumexp - E_p[logit]
-        return logp, entropy
+        return logprobs_from_logits(logits.float() / temperature, input_ids[:, -R:], with_entropy)
 
     def values(self, input_ids: Tensor, attention_mask: Tensor, critic: str = CRITIC) -> Tensor:
         """Critic `critic`'s value of each row's last real token (the prompt's end): (N,) float32.
@@ -307,7 +301,7 @@ class Policy:
                 self.tokenizer.save_pretrained(directory / name)
         for critic in self.critics:
             save_file(self._raw[critic].value_heads[critic].state_dict(), directory / critic / VALUE_HEAD_FILE)
-        meta = {"lora": self.lora, "policies": self.names, "critic": self.has_critic}
+        meta = {"lora": self.lora, "policies": self.names, "critic": bool(self.critics)}
         (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def load(self, directory: str | Path, names: Iterable[str] | None = None) -> list[str]:

@@ -38,16 +38,15 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, denom: float | 
     return total / torch.as_tensor(denom, dtype=x.dtype, device=x.device).clamp(min=1)
 
 
-def logprobs_from_logits(logits: Tensor, labels: Tensor) -> Tensor:
-    """log softmax(logits)[labels]: (N, R, V), (N, R) -> (N, R), without materializing log_softmax."""
-    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (N, R)
-    return picked - torch.logsumexp(logits, dim=-1)
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """H = logsumexp(z) - sum_v softmax(z)_v z_v : (N, R, V) -> (N, R)."""
-    p = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+def logprobs_from_logits(logits: Tensor, labels: Tensor, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """log softmax(logits)[labels] (N, R) from logits (N, R, V), without materializing
+    log_softmax, and the entropy H = logsumexp(z) - sum_v softmax(z)_v z_v (N, R) when asked
+    (else None); one logsumexp serves both."""
+    lse = logits.logsumexp(-1)  # (N, R)
+    logp = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp, None
+    return logp, lse - (logits.softmax(-1) * logits).sum(-1)
 
 
 def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
