@@ -351,7 +351,7 @@ def test_make_env_and_config():
 def test_real_backend_without_webshop_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "web_agent_site", None)
     with pytest.raises(ImportError, match="princeton-nlp/WebShop"):
-        WebshopEnv(replace(CFG, backend="real"))
+        make_env(EnvConfig(name="webshop", webshop=replace(CFG, backend="real")))
 
 
 class FakeTextEnv:
@@ -391,7 +391,7 @@ def test_real_backend_adapter(monkeypatch):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "web_agent_site.engine.goal", fake_goal)
     monkeypatch.setitem(sys.modules, "web_agent_site.envs.web_agent_text_env", fake_env)
-    e = WebshopEnv(replace(CFG, backend="real", num_test_goals=1, outcome="score"))
+    e = make_env(EnvConfig(name="webshop", webshop=replace(CFG, backend="real", num_test_goals=1, outcome="score")))
     assert isinstance(e, RealWebshopEnv) and e.num_tasks("test") == 1 and e.num_tasks("train") == 2
     s = e.reset("train", 0)
     assert s.admissible == ["search[...]"] and s.task == "i need red shoes" and s.task_type == "fashion"

@@ -15,9 +15,9 @@ def _alfworld(cfg: EnvConfig) -> TextEnv:
 
 
 def _webshop(cfg: EnvConfig) -> TextEnv:
-    from rspo.envs.webshop import WebshopEnv
+    from rspo.envs.webshop import RealWebshopEnv, WebshopEnv
 
-    return WebshopEnv(cfg.webshop)
+    return (RealWebshopEnv if cfg.webshop.backend == "real" else WebshopEnv)(cfg.webshop)
 
 
 ENVS = {"alfworld": _alfworld, "webshop": _webshop}

@@ -24,8 +24,8 @@ session there), and 0 on the start and results pages. The terminal state's Φ is
 episode's score (0 when the step cap ends it unbought), so the process rewards of an
 episode always sum to its final score.
 
-`WebshopEnv(cfg)` with `cfg.backend == "real"` returns a `RealWebshopEnv` instead, which
-drives princeton-nlp's own `WebAgentTextEnv` (when installed) through the same interface.
+With `env.webshop.backend=real`, `rspo.envs.make_env` builds a `RealWebshopEnv` instead,
+which drives princeton-nlp's own `WebAgentTextEnv` (when installed) through the same interface.
 """
 
 from __future__ import annotations
@@ -139,11 +139,6 @@ def click(shop: Shop, s: Session, target: str) -> None:
 
 class WebshopEnv(TextEnv):
     """WebShop over a generated catalog; splits: test = goals 0..num_test_goals-1, train = the rest."""
-
-    def __new__(cls, cfg: WebshopConfig):
-        if cfg.backend == "real":  # not a WebshopEnv, so Python does not call __init__ below
-            return RealWebshopEnv(cfg)
-        return super().__new__(cls)
 
     def __init__(self, cfg: WebshopConfig):
         if not 0 <= cfg.num_test_goals <= cfg.num_goals:
