@@ -48,10 +48,9 @@ _ACTION = re.compile(r"(search|click)\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
 @dataclass
 class Session:
-    """Where the shopper is: the page, the last search and the viewed item."""
+    """Where the shopper is: the page, the last search's results and the viewed item."""
 
     page: str = "start"  # start | results | item | description | features | reviews | done
-    query: str = ""
     results: list[int] = field(default_factory=list)  # product indices, best first
     page_no: int = 1
     item: int | None = None  # viewed product
@@ -117,7 +116,7 @@ def clickables(shop: Shop, s: Session) -> list[str]:
 def click(shop: Shop, s: Session, target: str) -> None:
     """Apply a click on `target` (a clickable of the page) to the session."""
     if target == "back to search":
-        s.page, s.query, s.results, s.item, s.options = "start", "", [], None, {}
+        s.page, s.results, s.item, s.options = "start", [], None, {}
     elif s.page == "results":
         if target in ("< prev", "next >"):
             s.page_no += 1 if target == "next >" else -1
@@ -191,7 +190,7 @@ class WebshopEnv(TextEnv):
         if verb == "search":
             if self.session.page != "start" or not arg:
                 return False
-            self.session.page, self.session.query, self.session.page_no = "results", arg, 1
+            self.session.page, self.session.page_no = "results", 1
             self.session.results = self.shop.index.search(arg)
             return True
         if arg not in clickables(self.shop, self.session):
