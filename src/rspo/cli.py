@@ -1,4 +1,4 @@
-"""`rspo` command line: train, eval, sft, config, alfworld-gen.
+"""`rspo` command line: train, eval, sft, config, sweep, alfworld-gen.
 
 Config errors exit with code 2 and one line naming the key; other failures print one
 line (`RSPO_DEBUG=1` or `--debug` shows the traceback).
@@ -76,16 +76,25 @@ def main(argv: list[str] | None = None) -> None:
         if name == "eval":
             p.add_argument("--checkpoint", default="", help="checkpoint dir (default: latest in train.output_dir)")
     sub.add_parser("alfworld-gen", help="generate ALFWorld games (see `rspo alfworld-gen --help`)")
+    sweep = sub.add_parser("sweep", help="run an experiment grid and collect its table, plots and JSON")
+    sweep.add_argument("--config", required=True, help="experiment file (configs/experiments/*.yaml)")
+    sweep.add_argument("--only", default="", help="run only the grid points whose name contains this")
+    sweep.add_argument("--collect", action="store_true", help="only rebuild the results from finished runs")
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("RSPO_DEBUG") == "1"
     quiet_libraries()
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = None if args.command == "sweep" else load_config(args.config, args.overrides)
     except ConfigError as e:
         print(f"rspo: config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
-        COMMANDS[args.command][1](cfg, args)
+        if args.command == "sweep":
+            from rspo.sweep import sweep_command
+
+            sweep_command(args.config, args.only, args.collect)
+        else:
+            COMMANDS[args.command][1](cfg, args)
     except KeyboardInterrupt:
         print("rspo: interrupted", file=sys.stderr)
         raise SystemExit(130) from None

@@ -81,6 +81,7 @@ class AlfworldConfig:
     task_types: list[str] = field(default_factory=lambda: list(ALFWORLD_TASK_TYPES))
     max_steps: int = 50
     seed: int = 0
+    max_receptacles: int = 12  # generated rooms' size (the task's own 2-4 always included): fewer = easier
 
 
 @dataclass
@@ -239,6 +240,7 @@ POSITIVE = {
     "train.micro_batch",
     "eval.num_tasks",
     "sft.batch_size",
+    "env.alfworld.max_receptacles",
 }
 
 

@@ -17,6 +17,7 @@ from rspo.batch import TARGET
 from rspo.config import Config
 from rspo.log import write_json
 from rspo.rollout import Plan, collect
+from rspo.stats import bootstrap_diff, fmt_interval, wilson
 
 
 def evaluate(
@@ -29,18 +30,26 @@ def evaluate(
     gather=None,
     prefix: str = "eval/",
 ) -> dict[str, float]:
-    """`{prefix}{split}/success_rate`, `…/score`, `…/{task_type}/success_rate`, …"""
+    """`{prefix}{split}/success_rate` (with `success_lo`/`success_hi`), `…/score`, `…/{task_type}/…`."""
+    return metrics_of(evaluate_tasks(policy, pool, cfg, adapter, rank, world, gather), prefix)
+
+
+def evaluate_tasks(
+    policy, pool, cfg: Config, adapter: str = "target", rank: int = 0, world: int = 1, gather=None
+) -> list[dict]:
+    """One record per eval task (split, task index, task type, won, score, progress, turns,
+    invalid), in task order; every rank gets all of them."""
     with torch.random.fork_rng(devices=[]):  # the same sampling seed at every eval; training's RNG untouched
         torch.manual_seed(cfg.train.seed + rank)
-        return _evaluate(policy, pool, cfg, adapter, rank, world, gather, prefix)
+        return _evaluate(policy, pool, cfg, adapter, rank, world, gather)
 
 
-def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather, prefix) -> dict[str, float]:
+def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[dict]:
     max_turns = cfg.rollout.max_turns or pool.max_steps
-    results: dict[str, float] = {}
+    records: list[dict] = []
     for split in cfg.eval.splits:
-        tasks = [(split, i) for i in spread(cfg.eval.num_tasks, pool.num_tasks(split))][rank::world]
-        trajs = []
+        tasks = [(split, i) for i in eval_tasks(cfg.eval.num_tasks, pool.num_tasks(split))][rank::world]
+        mine = []
         for start in range(0, len(tasks), pool.num_envs):
             ro = collect(
                 policy,
@@ -54,53 +63,94 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather, prefix) -
                 progress=cfg.log.progress,
                 desc=f"eval {split}",
             )
-            trajs += [(t.task_type, t.won, t.score, t.process, t.turns, t.invalid) for t in ro.trajectories]
+            mine += [
+                {"split": split, "task_index": t.task_index, "task_type": t.task_type, "won": bool(t.won),
+                 "score": t.score, "progress": t.process, "turns": t.turns, "invalid": t.invalid}
+                for t in ro.trajectories
+            ]  # fmt: skip
         if gather is not None and world > 1:
-            trajs = gather(trajs)
-        results |= split_metrics(trajs, f"{prefix}{split}/")
-    return results
+            mine = gather(mine)
+        records += sorted(mine, key=lambda r: r["task_index"])
+    return records
 
 
-def spread(k: int, n: int) -> list[int]:
-    """`k` task indices evenly spread over `n` (splits are ordered by task type, so the first
-    k would all be one type)."""
+def eval_tasks(k: int, n: int) -> list[int]:
+    """The fixed eval set: `k` task indices evenly spread over a split of `n` (all when
+    k >= n). Splits are ordered by task type, so the first k would all be one type; evenly
+    spaced indices keep the types balanced, and every eval of every run uses the same set."""
     k = min(k, n)
     return [i * n // k for i in range(k)]
 
 
-def split_metrics(trajs: list[tuple[str, bool, float, float, int, int]], prefix: str) -> dict[str, float]:
-    """Aggregate (task_type, won, score, progress, turns, invalid) tuples into rates.
+def metrics_of(records: list[dict], prefix: str = "eval/") -> dict[str, float]:
+    """Rates per split, overall and per task type, from per-task records.
 
     `progress` is the summed process reward, Phi(s_T) - Phi(s_0): on ALFWorld the fraction of
     the task's goal conditions met at the end (ALFRED's goal-condition success), on
-    WebShop the score of the item last viewed/bought. It moves before success does."""
-    by_type: dict[str, list[tuple]] = defaultdict(list)
-    for t in trajs:
-        by_type[t[0]].append(t)
+    WebShop the score of the item last viewed/bought. It moves before success does.
+    Each split's success rate comes with its 95% Wilson interval (`success_lo`, `success_hi`)."""
     out = {}
-    for name, group in [("", trajs)] + sorted(by_type.items()):
-        p = prefix + (f"{name}/" if name else "")
-        n = max(len(group), 1)
-        out[p + "success_rate"] = sum(t[1] for t in group) / n
-        out[p + "score"] = sum(t[2] for t in group) / n
-        out[p + "progress"] = sum(t[3] for t in group) / n
-        if not name:
-            turns = sum(t[4] for t in group)
-            out[p + "num_tasks"] = float(len(group))
-            out[p + "invalid_action_rate"] = sum(t[5] for t in group) / max(turns, 1)
+    for split in dict.fromkeys(r["split"] for r in records):
+        trajs = [r for r in records if r["split"] == split]
+        by_type: dict[str, list[dict]] = defaultdict(list)
+        for t in trajs:
+            by_type[t["task_type"]].append(t)
+        for name, group in [("", trajs)] + sorted(by_type.items()):
+            p = f"{prefix}{split}/" + (f"{name}/" if name else "")
+            n = max(len(group), 1)
+            out[p + "success_rate"] = sum(t["won"] for t in group) / n
+            out[p + "score"] = sum(t["score"] for t in group) / n
+            out[p + "progress"] = sum(t["progress"] for t in group) / n
+            if not name:
+                out[p + "success_lo"], out[p + "success_hi"] = wilson(sum(t["won"] for t in group), len(group))
+                out[p + "num_tasks"] = float(len(group))
+                turns = max(sum(t["turns"] for t in group), 1)
+                out[p + "invalid_action_rate"] = sum(t["invalid"] for t in group) / turns
     return out
 
 
-def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config) -> str:
-    """Success rate and progress before and after RL, one line per split and task type."""
-    keys = [k for k in after if k.endswith(("success_rate", "progress"))]
-    width = max([len(k) for k in keys] + [10])
-    lines = [f"{'metric':<{width}}  {'before':>8}  {'after':>8}", "-" * (width + 20)]
-    for k in keys:
-        b = f"{before[k]:.3f}" if k in before else "-"
-        lines.append(f"{k:<{width}}  {b:>8}  {after[k]:>8.3f}")
-    head = f"eval summary: env={cfg.env.name} algo={cfg.algo.name} reward.mode={cfg.reward.mode}"
-    return "\n".join([head, *lines])
+def paired_differences(before: list[dict], after: list[dict], prefix: str = "eval/") -> dict[str, float]:
+    """After minus before, per split, for success and score, with a 95% paired bootstrap
+    interval over the split's tasks: `{prefix}{split}/success_diff`, `…_diff_lo`, `…_diff_hi`."""
+    out = {}
+    for split in dict.fromkeys(r["split"] for r in after):
+        a = {r["task_index"]: r for r in before if r["split"] == split}
+        b = {r["task_index"]: r for r in after if r["split"] == split}
+        common = sorted(a.keys() & b.keys())
+        if not common:
+            continue
+        for key, metric in (("won", "success"), ("score", "score")):
+            diff = bootstrap_diff([float(a[i][key]) for i in common], [float(b[i][key]) for i in common])
+            p = f"{prefix}{split}/{metric}_diff"
+            out[p], out[p + "_lo"], out[p + "_hi"] = diff
+    return out
+
+
+def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config, diffs: dict | None = None) -> str:
+    """Success rate and progress before and after RL, per split and task type; each split's
+    success with its 95% interval, and the paired difference with its interval."""
+    diffs = diffs or {}
+    head = (
+        f"eval summary: env={cfg.env.name} algo={cfg.algo.name} reward.mode={cfg.reward.mode}"
+        "  [95% intervals: Wilson for a rate, paired bootstrap over tasks for a difference]"
+    )
+    lines = [head, f"{'metric':<58} {'n':>4}  {'before':<21}  {'after':<21}  after - before", "-" * 132]
+    for k in [k for k in after if k.endswith(("success_rate", "progress"))]:
+        base, n = k.rsplit("/", 1)[0], after.get(k.rsplit("/", 1)[0] + "/num_tasks")
+        cells = []
+        for res in (before, after):
+            if k not in res:
+                cells.append("-")
+            elif k.endswith("success_rate") and base + "/success_lo" in res:
+                cells.append(fmt_interval(res[k], res[base + "/success_lo"], res[base + "/success_hi"]))
+            else:
+                cells.append(f"{res[k]:.3f}")
+        d = base + "/success_diff"
+        change = ""
+        if k.endswith("success_rate") and d in diffs:
+            change = fmt_interval(diffs[d], diffs[d + "_lo"], diffs[d + "_hi"], signed=True)
+        lines.append(f"{k:<58} {'' if n is None else int(n):>4}  {cells[0]:<21}  {cells[1]:<21}  {change}".rstrip())
+    return "\n".join(lines)
 
 
 def evaluate_command(cfg: Config, checkpoint: str = "") -> dict[str, float]:

@@ -12,7 +12,9 @@ The result is a full Hugging Face model directory (LoRA adapters merged), which
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -147,12 +149,16 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update(1)
     bar.close()
-    policy.merged_target().save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    (out_dir / "sft_summary.txt").write_text(
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}-{os.getpid()}")  # written whole, then renamed: a killed
+    shutil.rmtree(tmp, ignore_errors=True)  # run never leaves a warm start that looks complete
+    policy.merged_target().save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "sft_summary.txt").write_text(
         f"demonstrations={len(demos)} episodes={cfg.sft.episodes} steps={steps} "
         f"first_loss={losses[0]:.4f} last_loss={losses[-1]:.4f}\n"
     )
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
     return out_dir
 
 

@@ -10,6 +10,7 @@ algorithm's name: estimators share one signature (`rspo.algorithms`).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS
 from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, dump
-from rspo.eval import evaluate, summary_table
+from rspo.eval import evaluate_tasks, metrics_of, paired_differences, summary_table
 from rspo.log import Logger, finite_or_raise, format_transcript, write_json
 from rspo.rewards.buffer import ReplayBuffer, resume_state
 from rspo.rewards.modes import learner_data
@@ -54,6 +55,9 @@ class Run:
     num_train_tasks: int
     max_turns: int
     step: int = 0
+    env_steps: int = 0  # environment steps taken in training so far (every policy, all ranks)
+    curve: list = dataclasses.field(default_factory=list)  # {"step", "env_steps", metrics} at each eval
+    before: tuple = ({}, [])  # the eval before RL: metrics and per-task records (kept for a resumed run)
 
 
 def setup(cfg: Config) -> Run:
@@ -129,6 +133,8 @@ def rl_step(run: Run) -> dict[str, float]:
         progress=cfg.log.progress,
     )
     batch, metrics = ro.batch, rollout_metrics(ro, cfg)
+    run.env_steps += int(sum(gather_object([int(ro.timing["env_steps"])])))
+    metrics["rollout/env_steps_total"] = float(run.env_steps)
     if run.buffer is not None:
         batch = add_replay(
             batch, run.buffer, tasks, cfg.rspo.replay_per_task, run.step, run.policy.tokenizer.pad_token_id
@@ -196,6 +202,7 @@ def save(run: Run) -> None:
     state = {name: l.state_dict() for name, l in run.learners.items()}
     state["rank_buffer"] = gather_object([run.buffer.state_dict()]) if run.buffer is not None else None
     state["rank_rng"] = gather_object([checkpoint.rng_state()])  # each rank samples its own stream
+    state["env_steps"], state["curve"], state["before"] = run.env_steps, run.curve, run.before
     if run.acc.is_main_process:
         checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg))
     run.acc.wait_for_everyone()
@@ -214,22 +221,28 @@ def resume(run: Run) -> None:
     per_rank = state.get("rank_rng") or []
     same_world = len(per_rank) == run.acc.num_processes
     checkpoint.set_rng_state(per_rank[run.acc.process_index] if same_world else state["rng"])
-    run.step = state["step"]
+    run.step, run.env_steps = state["step"], state.get("env_steps", 0)
+    run.curve, run.before = state.get("curve", []), state.get("before", ({}, []))
     if run.acc.is_main_process:
         print(f"resumed from {path} at step {run.step}")
 
 
-def run_eval(run: Run) -> dict[str, float]:
-    """Evaluate the target (and the explorer when `eval.explorer`); log under `eval/…`."""
+def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
+    """Evaluate the target (and the explorer when `eval.explorer`); log under `eval/…` and
+    add a point to the run's eval curve. Returns the metrics and the target's per-task records."""
     adapters = {"target": "eval/"}
     if run.cfg.eval.explorer and run.buffer is not None:
         adapters["explorer"] = "eval_explorer/"
     results: dict[str, float] = {}
+    records = {}
     for adapter, prefix in adapters.items():
-        results |= evaluate(run.policy, run.pool, run.cfg, adapter=adapter, rank=run.acc.process_index,
-                            world=run.acc.num_processes, gather=gather_object, prefix=prefix)  # fmt: skip
+        records[adapter] = evaluate_tasks(run.policy, run.pool, run.cfg, adapter=adapter, rank=run.acc.process_index,
+                                          world=run.acc.num_processes, gather=gather_object)  # fmt: skip
+        results |= metrics_of(records[adapter], prefix)
     run.logger.scalars(results, run.step)
-    return results
+    compact = [{k: r[k] for k in ("split", "task_index", "task_type", "won", "score")} for r in records["target"]]
+    run.curve.append({"step": run.step, "env_steps": run.env_steps, **results, "tasks": compact})
+    return results, records["target"]
 
 
 def train(cfg: Config) -> dict:
@@ -237,7 +250,8 @@ def train(cfg: Config) -> dict:
     run = setup(cfg)
     try:
         resume(run)
-        before = run_eval(run) if run.step == 0 else {}
+        if run.step == 0:
+            run.before = run_eval(run)
         history = []
         while run.step < cfg.train.steps:
             metrics = rl_step(run)
@@ -250,12 +264,16 @@ def train(cfg: Config) -> dict:
                 run_eval(run)
             if cfg.train.save_every and run.step % cfg.train.save_every == 0:
                 save(run)
-        after = run_eval(run)
+        after, after_tasks = run_eval(run)
         if not (cfg.train.save_every and run.step % cfg.train.save_every == 0):  # not saved just above
             save(run)
+        before, before_tasks = run.before
         if run.acc.is_main_process:
-            write_json(Path(cfg.train.output_dir) / "eval_summary.json", {"before": before, "after": after})
-            print(summary_table(before, after, cfg))
+            diffs = paired_differences(before_tasks, after_tasks)
+            summary = {"before": before, "after": after, "difference": diffs, "env_steps": run.env_steps,
+                       "curve": run.curve, "before_tasks": before_tasks, "after_tasks": after_tasks}  # fmt: skip
+            write_json(Path(cfg.train.output_dir) / "eval_summary.json", summary)
+            print(summary_table(before, after, cfg, diffs))
             print(
                 f"TensorBoard logs: {Path(cfg.train.output_dir) / 'tb'}  (tensorboard --logdir {cfg.train.output_dir})"
             )

@@ -98,7 +98,8 @@ def generated_root(cfg: AlfworldConfig) -> Path:
     """Where this config's generated games live (one directory per seed, sizes and types)."""
     types = "all" if sorted(cfg.task_types) == sorted(gen.TASK_TYPES) else "+".join(sorted(cfg.task_types))
     sizes = f"{cfg.num_train}-{cfg.num_eval_in_distribution}-{cfg.num_eval_out_of_distribution}"
-    name = f"v{gen.VERSION}-seed{cfg.seed}-n{sizes}-{types}"
+    rooms = "" if cfg.max_receptacles == gen.MAX_RECEPTACLES else f"-r{cfg.max_receptacles}"
+    name = f"v{gen.VERSION}-seed{cfg.seed}-n{sizes}-{types}{rooms}"
     return Path(cfg.games_dir).expanduser() / name if cfg.games_dir else cache_dir() / "alfworld" / name
 
 
@@ -116,7 +117,7 @@ def ensure_generated(cfg: AlfworldConfig, split: str) -> Path:
         if not done.exists():
             tmp = root / f".tmp-{split}-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
-            gen.generate(tmp, split, num, cfg.seed, cfg.task_types)
+            gen.generate(tmp, split, num, cfg.seed, cfg.task_types, cfg.max_receptacles)
             shutil.rmtree(split_dir, ignore_errors=True)  # a partial copy from an interrupted run
             split_dir.parent.mkdir(parents=True, exist_ok=True)
             (tmp / "json_2.1.1" / gen.SPLIT_DIRS[split]).rename(split_dir)

@@ -7,8 +7,9 @@ ALFRED's object/receptacle compatibility tables (`constants.py`) and goal templa
 (`goal_library.py`). This module turns them into playable `game.tw-pddl` files:
 
   room      a floorplan's receptacles (ALFRED ids, so `AlfredDemangler` renders
-            `cabinet 1`, `sinkbasin 1`), at most MAX_RECEPTACLES of them, each at its
-            own location (receptacles that share a pose in the floorplan are merged);
+            `cabinet 1`, `sinkbasin 1`), at most `max_receptacles` of them (default
+            MAX_RECEPTACLES; fewer make an easier room to search), each at its own
+            location (receptacles that share a pose in the floorplan are merged);
   objects   the task's target object (1-3 instances; 2-3 for `pick_two_obj_and_place`)
             and a few distractors, drawn from the floorplan's object classes and placed
             only in receptacles ALFRED allows (`VAL_RECEPTACLE_OBJECTS`), never in a
@@ -231,8 +232,8 @@ def _choose_targets(task_type: str, plan: Floorplan, rng: random.Random) -> tupl
     return None
 
 
-def _pick_receptacles(plan: Floorplan, task: Task, rng: random.Random) -> list[tuple[str, str, tuple]]:
-    """The room's receptacles: the ones the task needs, then random others up to MAX_RECEPTACLES."""
+def _pick_receptacles(plan: Floorplan, task: Task, rng: random.Random, most: int) -> list[tuple[str, str, tuple]]:
+    """The room's receptacles: the ones the task needs, then random others up to `most` in all."""
     valid = constants().VAL_RECEPTACLE_OBJECTS
     pool = list(plan.receptacles)
     rng.shuffle(pool)
@@ -246,7 +247,7 @@ def _pick_receptacles(plan: Floorplan, task: Task, rng: random.Random) -> list[t
     for need in needs:
         if not any(need(r) for r in chosen):
             chosen += [r for r in pool if need(r) and r not in chosen][:1]
-    chosen += [r for r in pool if r not in chosen][: MAX_RECEPTACLES - len(chosen)]
+    chosen += [r for r in pool if r not in chosen][: max(most - len(chosen), 0)]
     return sorted(chosen)
 
 
@@ -337,8 +338,13 @@ def _problem(name: str, task: Task, receps: list, placed: list[tuple[str, str]],
     )
 
 
-def make_game(seed: int, split: str, index: int, task_types: list[str]) -> tuple[Task, dict, dict]:
-    """Game `index` of `split`: (task, traj_data, game.tw-pddl contents). Deterministic."""
+def make_game(
+    seed: int, split: str, index: int, task_types: list[str], max_receptacles: int = MAX_RECEPTACLES
+) -> tuple[Task, dict, dict]:
+    """Game `index` of `split`: (task, traj_data, game.tw-pddl contents). Deterministic.
+
+    The rooms always hold the receptacles the task needs (2-4), even under a smaller
+    `max_receptacles`."""
     check_split(split)
     check_task_types(task_types)
     rng = random.Random(f"rspo-alfworld/{seed}/{split}/{index}")  # str seeds hash stably (sha512)
@@ -356,7 +362,7 @@ def make_game(seed: int, split: str, index: int, task_types: list[str]) -> tuple
     template = rng.choice(goal_library()[task_type]["templates"])
     sentence = template.format(obj=obj.lower(), recep=recep.lower(), toggle=toggle.lower())
     task = Task(task_type, plan.scene, obj, recep, toggle, sentence)
-    receps = _pick_receptacles(plan, task, rng)
+    receps = _pick_receptacles(plan, task, rng, max_receptacles)
     placed = _place_objects(receps, task, plan, rng)
     problem = _problem(f"plan_rspo_{SPLIT_DIRS[split]}_{seed}_{index}", task, receps, placed, rng)
     params = {
@@ -389,14 +395,16 @@ def trial_dir(root: Path, split: str, task: Task, seed: int, index: int) -> Path
     return root / "json_2.1.1" / SPLIT_DIRS[split] / folder / f"trial_s{seed}_{index:06d}"
 
 
-def generate(root: Path, split: str, num: int, seed: int, task_types: list[str]) -> list[Path]:
+def generate(
+    root: Path, split: str, num: int, seed: int, task_types: list[str], max_receptacles: int = MAX_RECEPTACLES
+) -> list[Path]:
     """Write games 0..num-1 of `split` under `root` (official layout); return their sorted game paths."""
     split_dir = Path(root) / "json_2.1.1" / SPLIT_DIRS[split]
     if split_dir.is_dir() and any(split_dir.iterdir()):  # old games would silently mix with the new
         raise FileExistsError(f"{split_dir} already holds games; remove it or choose another directory")
     paths = []
     for index in range(num):
-        task, traj, game = make_game(seed, split, index, task_types)
+        task, traj, game = make_game(seed, split, index, task_types, max_receptacles)
         folder = trial_dir(Path(root), split, task, seed, index)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "traj_data.json").write_text(json.dumps(traj, indent=1))
@@ -421,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num", type=int, help=f"games per split (default: {sizes_text})")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--task-types", default=",".join(TASK_TYPES), help="comma-separated (default: all six)")
+    parser.add_argument("--max-receptacles", type=int, default=MAX_RECEPTACLES, help="room size (fewer: easier)")
     args = parser.parse_args(argv)
     task_types = [t for t in args.task_types.split(",") if t]
     try:
@@ -431,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--num must be >= 0, got {args.num}")
     for split in [args.split] if args.split else list(SPLIT_DIRS):
         try:
-            paths = generate(args.out, split, sizes[split] if args.num is None else args.num, args.seed, task_types)
+            num = sizes[split] if args.num is None else args.num
+            paths = generate(args.out, split, num, args.seed, task_types, args.max_receptacles)
         except FileExistsError as e:
             parser.error(str(e))
         print(f"{split}: {len(paths)} games in {args.out / 'json_2.1.1' / SPLIT_DIRS[split]}")

@@ -1,0 +1,387 @@
+"""Experiment harness (`rspo sweep --config configs/experiments/<name>.yaml`): a grid of
+training runs, then one table, learning-curve plots and a JSON of every number.
+
+An experiment file names a base run config, a grid of dotted keys, and where things go:
+
+    base: configs/learn_alfworld.yaml          # any run config (relative to the working dir)
+    output_dir: runs/sweeps/small              # one sub-directory per run
+    results_dir: benchmarks/results/small      # results.json, results.md, curves_*.png
+    parallel: 1                                # runs at a time: 0 = in this process, k = k child processes
+    launcher: accelerate launch --multi_gpu -m  # optional: how a child starts `rspo train` (default: python -m)
+    overrides: {train.steps: 40}               # dotted keys applied to every run (optional)
+    grid:                                      # every combination is one run
+      algo.name: [grpo, gigpo]
+      reward.mode: [outcome, process, rspo]
+      train.seed: [0, 1, 2]
+
+Runs that share everything the warm start depends on (model, env, sft, rollout, seed)
+share one SFT warm start, so the arms of a comparison start from the same weights. A run
+whose `eval_summary.json` exists is finished and never rerun; an interrupted one resumes
+from its latest checkpoint (`train.resume=auto`). `--collect` only rebuilds the results.
+
+The comparison: every run evaluates the same fixed task set before and after RL and
+every `eval.every` steps. Each arm (algo × reward mode) is compared with the outcome-reward
+baseline of the same algorithm (a) at equal training iterations (the final eval) and
+(b) at equal environment steps (the last eval of each run within the smallest env-step
+count that every run of the algorithm reached: RSPO's explorer makes more env steps per
+iteration). Differences come with a 95% bootstrap interval that resamples seeds and tasks
+(`rspo.stats.bootstrap_diff`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rspo.config import ConfigError, load_config, to_dict
+from rspo.log import write_json
+from rspo.stats import bootstrap_diff
+
+KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "overrides", "grid"}
+WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
+BASELINE = "outcome"
+
+
+@dataclasses.dataclass
+class Experiment:
+    base: str
+    output_dir: str
+    results_dir: str
+    parallel: int = 1
+    launcher: str = ""
+    overrides: dict = dataclasses.field(default_factory=dict)
+    grid: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class RunSpec:
+    name: str
+    values: dict  # the grid's values for this run
+    overrides: list[str]  # every dotted override, in order
+
+    def dir(self, exp: Experiment) -> Path:
+        return Path(exp.output_dir) / self.name
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"experiment file {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"experiment file {path}: expected a mapping")
+    unknown = sorted(set(data) - KEYS)
+    if unknown:
+        raise ConfigError(f"experiment file {path}: unknown key {unknown[0]} (valid: {', '.join(sorted(KEYS))})")
+    missing = sorted({"base", "output_dir", "results_dir", "grid"} - set(data))
+    if missing:
+        raise ConfigError(f"experiment file {path}: missing key {missing[0]}")
+    exp = Experiment(**data)
+    if not isinstance(exp.grid, dict) or not all(isinstance(v, list) and v for v in exp.grid.values()):
+        raise ConfigError(f"experiment file {path}: grid must map dotted keys to non-empty lists")
+    for spec in runs(exp):  # every run's config must load: a bad grid key fails here, naming it
+        load_config(exp.base, spec.overrides)
+    return exp
+
+
+def _label(key: str, value) -> str:
+    return f"s{value}" if key == "train.seed" else str(value).replace("/", "_")
+
+
+def runs(exp: Experiment) -> list[RunSpec]:
+    """One RunSpec per grid point, named by its values (`alfworld-grpo-rspo-s0`)."""
+    keys = list(exp.grid)
+    out = []
+    for combo in itertools.product(*(exp.grid[k] for k in keys)):
+        values = dict(zip(keys, combo))
+        name = "-".join(_label(k, v) for k, v in values.items()) or "run"
+        common = [f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in exp.overrides.items()]
+        out.append(RunSpec(name, values, common + [f"{k}={v}" for k, v in values.items()]))
+    return out
+
+
+def warm_start_key(cfg) -> str:
+    """Runs with equal keys can share one SFT warm start."""
+    d = to_dict(cfg)
+    shared = {s: d[s] for s in WARM_START_SECTIONS} | {"seed": d["train"]["seed"]}
+    return hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def commit_hash() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()  # fmt: skip
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _launch(launcher: str, args: list[str], log: Path, threads: int) -> int:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    prefix = shlex.split(launcher) if launcher else [sys.executable, "-m"]
+    with open(log, "a") as f:
+        return subprocess.run([*prefix, "rspo", *args], stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def _in_process(command: str, cfg) -> None:
+    if command == "sft":
+        from rspo.sft import sft_command
+
+        sft_command(cfg)
+    else:
+        from rspo.train import train
+
+        train(cfg)
+
+
+def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
+    """Run every unfinished grid point (warm starts first); returns the runs selected."""
+    selected = [s for s in runs(exp) if only in s.name]
+    threads = max(1, (os.cpu_count() or 1) // max(exp.parallel, 1))
+    warm: dict[str, list[str]] = {}  # warm-start dir -> overrides that build it
+    plan = []
+    for spec in selected:
+        cfg = load_config(exp.base, spec.overrides)
+        ws = Path(exp.output_dir) / "warmstart" / warm_start_key(cfg)
+        if cfg.sft.episodes > 0 and not cfg.model.init_from:
+            warm.setdefault(str(ws), spec.overrides + [f"train.output_dir={ws}"])
+            spec_overrides = [f"model.init_from={ws / 'sft'}"]
+        else:
+            spec_overrides = []
+        plan.append((spec, spec_overrides))
+
+    def job(command: str, overrides: list[str], out: Path, done: Path, label: str) -> tuple[str, int]:
+        if done.exists():
+            return label, 0
+        out.mkdir(parents=True, exist_ok=True)
+        progress(f"sweep: {command} {label} -> {out}")
+        t0 = time.time()
+        if exp.parallel == 0:
+            _in_process(command, load_config(exp.base, overrides))
+            code = 0
+        else:
+            launcher = exp.launcher if command == "train" else ""  # the warm start is one process
+            code = _launch(launcher, [command, "--config", exp.base, *overrides], out / f"{command}.log", threads)
+        if code == 0 and command == "train":
+            cfg = load_config(exp.base, overrides)
+            write_json(out / "run.json", {"config": to_dict(cfg), "commit": commit_hash(), "wall_s": time.time() - t0,
+                                          "overrides": overrides})  # fmt: skip
+        status = "done" if code == 0 else f"FAILED (exit {code}, see {out})"
+        progress(f"sweep: {label} {status} in {time.time() - t0:.0f}s")
+        return label, code
+
+    def run_all(jobs: list[tuple]) -> list[str]:
+        if exp.parallel <= 1:
+            results = [job(*j) for j in jobs]
+        else:
+            with ThreadPoolExecutor(exp.parallel) as pool:
+                results = list(pool.map(lambda j: job(*j), jobs))
+        return [label for label, code in results if code != 0]
+
+    failed = run_all([("sft", ov, Path(ws), Path(ws) / "sft" / "config.json", f"warm start {Path(ws).name}")
+                      for ws, ov in warm.items()])  # fmt: skip
+    train_jobs = []
+    for spec, extra in plan:
+        out = spec.dir(exp)
+        overrides = spec.overrides + extra + [f"train.output_dir={out}", "train.resume=auto"]
+        train_jobs.append(("train", overrides, out, out / "eval_summary.json", spec.name))
+    failed += run_all(train_jobs)
+    if failed:
+        raise RuntimeError(f"{len(failed)} sweep job(s) failed: {', '.join(failed)}")
+    return selected
+
+
+# ---------------------------------------------------------------------------------------
+# Collecting: one JSON of every number, a markdown table, learning-curve plots
+# ---------------------------------------------------------------------------------------
+
+
+def load_runs(exp: Experiment) -> list[dict]:
+    """Every finished run: its grid values, config, commit, wall time and eval summary."""
+    out = []
+    for spec in runs(exp):
+        d = spec.dir(exp)
+        if not (d / "eval_summary.json").is_file():
+            continue
+        meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+        summary = json.loads((d / "eval_summary.json").read_text())
+        cfg = meta.get("config") or to_dict(load_config(exp.base, spec.overrides))
+        out.append({"name": spec.name, "values": spec.values, "env": cfg["env"]["name"],
+                    "algo": cfg["algo"]["name"], "mode": cfg["reward"]["mode"], "seed": cfg["train"]["seed"],
+                    "commit": meta.get("commit", "unknown"), "wall_s": meta.get("wall_s"), "config": cfg,
+                    **summary})  # fmt: skip
+    return out
+
+
+def _won(records: list[dict], split: str, key: str = "won") -> list[float]:
+    return [float(r[key]) for r in sorted(records, key=lambda r: r["task_index"]) if r["split"] == split]
+
+
+def _point_within(run: dict, budget: float) -> dict:
+    """The run's last eval point whose env-step count is within `budget`."""
+    points = [p for p in run["curve"] if p["env_steps"] <= budget]
+    return points[-1] if points else run["curve"][0]
+
+
+def compare(all_runs: list[dict]) -> dict:
+    """Per env, algo, split and arm: success (and score) mean ± std over seeds, and the
+    difference from the same algo's outcome baseline with its interval, at equal
+    iterations (final eval) and at equal env steps."""
+    table: dict = {}
+    for (env, algo), group in itertools.groupby(sorted(all_runs, key=lambda r: (r["env"], r["algo"])),
+                                                key=lambda r: (r["env"], r["algo"])):  # fmt: skip
+        group = list(group)
+        budget = min(r["env_steps"] for r in group)
+        splits = list(dict.fromkeys(rec["split"] for rec in group[0]["after_tasks"]))
+        modes = list(dict.fromkeys(r["mode"] for r in group))
+        for split, mode in itertools.product(splits, modes):
+            arm = [r for r in group if r["mode"] == mode]
+            base = [r for r in group if r["mode"] == BASELINE]
+            row = {"seeds": [r["seed"] for r in arm], "env_step_budget": budget}
+            for basis, tasks_of in (
+                ("equal_iterations", lambda r: r["after_tasks"]),
+                ("equal_env_steps", lambda r, budget=budget: _point_within(r, budget)["tasks"]),
+            ):
+                for metric, key in (("success", "won"), ("score", "score")):
+                    x = np.array([_won(tasks_of(r), split, key) for r in arm])
+                    per_seed = x.mean(axis=1)
+                    cell = {"mean": float(per_seed.mean()), "std": float(per_seed.std(ddof=1)) if len(arm) > 1 else 0.0}
+                    if base and mode != BASELINE:
+                        b = np.array([_won(tasks_of(r), split, key) for r in base])
+                        cell["diff"], cell["diff_lo"], cell["diff_hi"] = bootstrap_diff(b, x)
+                    row[f"{basis}/{metric}"] = cell
+            before = np.array([_won(r["before_tasks"], split) for r in arm]).mean()
+            row["before/success"] = float(before)
+            row["env_steps"] = float(np.mean([r["env_steps"] for r in arm]))
+            types = sorted({rec["task_type"] for rec in arm[0]["after_tasks"] if rec["split"] == split})
+            row["by_type"] = {t: float(np.mean([[rec["won"] for rec in r["after_tasks"]
+                                                 if rec["split"] == split and rec["task_type"] == t] for r in arm]))
+                              for t in types}  # fmt: skip
+            table.setdefault(env, {}).setdefault(algo, {}).setdefault(split, {})[mode] = row
+    return table
+
+
+def _cell(c: dict) -> str:
+    s = f"{c['mean']:.3f} ± {c['std']:.3f}"
+    if "diff" in c:
+        s += f" ({c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}])"
+    return s
+
+
+def markdown(table: dict, all_runs: list[dict]) -> str:
+    lines = [
+        "Success rate after RL, mean ± std over seeds; in parentheses the difference from the same",
+        "algorithm's `outcome` baseline with its 95% bootstrap interval (seeds and tasks resampled;",
+        "the eval tasks are the same for every run, so tasks are paired).",
+    ]
+    for env, algos in table.items():
+        scored = env == "webshop"
+        for basis, title in (("equal_iterations", "at equal training iterations (the final eval)"),
+                             ("equal_env_steps", "at equal environment steps")):  # fmt: skip
+            lines += ["", f"### {env}: success {title}", ""]
+            splits = list(next(iter(algos.values())))
+            lines.append("| algo | reward.mode | seeds | " + " | ".join(splits) + (" | score |" if scored else " |"))
+            lines.append("|---" * (3 + len(splits) + scored) + "|")
+            for algo, by_split in algos.items():
+                for mode in by_split[splits[0]]:
+                    row = by_split[splits[0]][mode]
+                    cells = [_cell(by_split[s][mode][f"{basis}/success"]) for s in splits]
+                    if scored:
+                        cells.append(_cell(by_split[splits[0]][mode][f"{basis}/score"]))
+                    lines.append(f"| {algo} | {mode} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
+            if basis == "equal_env_steps":
+                budgets = {a: int(v[splits[0]][next(iter(v[splits[0]]))]["env_step_budget"]) for a, v in algos.items()}
+                lines += ["", "Env-step budget per algorithm (the smallest total any of its runs reached): "
+                          + ", ".join(f"{a} {b:,}" for a, b in budgets.items())]  # fmt: skip
+        lines += ["", f"### {env}: success by task type (after RL, mean over seeds)", ""]
+        for split in splits:
+            types = sorted({t for v in algos.values() for row in v[split].values() for t in row["by_type"]})
+            lines += [f"{split}:", "", "| algo | reward.mode | before RL | " + " | ".join(types) + " |",
+                      "|---" * (3 + len(types)) + "|"]  # fmt: skip
+            for algo, by_split in algos.items():
+                for mode, row in by_split[split].items():
+                    cells = [f"{row['by_type'].get(t, float('nan')):.2f}" for t in types]
+                    lines.append(f"| {algo} | {mode} | {row['before/success']:.3f} | " + " | ".join(cells) + " |")
+            lines.append("")
+    wall = sum(r["wall_s"] or 0 for r in all_runs)
+    commits = sorted({r["commit"] for r in all_runs})
+    lines += [f"{len(all_runs)} runs, {wall / 3600:.2f} h of wall time in all; commit(s): {', '.join(commits)}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: dict, all_runs: list[dict], out_dir: Path) -> list[Path]:
+    """curves_<env>_<algo>.png: eval success vs training step and vs env steps, one line per
+    reward mode (mean over seeds, shaded ± std), one row per split. Needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("sweep: matplotlib is not installed (pip install -e .[plots]); no plots written")
+        return []
+    paths = []
+    for env, algos in table.items():
+        for algo, by_split in algos.items():
+            splits = list(by_split)
+            fig, axes = plt.subplots(len(splits), 2, figsize=(11, 3.6 * len(splits)), squeeze=False)
+            for i, split in enumerate(splits):
+                for mode in by_split[split]:
+                    arm = [r for r in all_runs if (r["env"], r["algo"], r["mode"]) == (env, algo, mode)]
+                    n = min(len(r["curve"]) for r in arm)
+                    y = np.array([[p[f"eval/{split}/success_rate"] for p in r["curve"][:n]] for r in arm])
+                    for j, x_key in enumerate(("step", "env_steps")):
+                        x = np.mean([[p[x_key] for p in r["curve"][:n]] for r in arm], axis=0)
+                        ax = axes[i, j]
+                        (line,) = ax.plot(x, y.mean(0), marker="o", ms=3, label=f"{mode} ({len(arm)} seeds)")
+                        if len(arm) > 1:
+                            ax.fill_between(x, y.mean(0) - y.std(0, ddof=1), y.mean(0) + y.std(0, ddof=1),
+                                            color=line.get_color(), alpha=0.2)  # fmt: skip
+                        ax.set_xlabel("training iteration" if x_key == "step" else "environment steps")
+                        ax.set_ylabel(f"{split}\nsuccess rate")
+                        ax.grid(alpha=0.3)
+                axes[i, 0].legend(fontsize=8)
+            fig.suptitle(f"{env} / {algo}: eval success (mean over seeds, shaded ± std)")
+            fig.tight_layout()
+            path = out_dir / f"curves_{env}_{algo}.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            paths.append(path)
+    return paths
+
+
+def collect(exp: Experiment) -> dict:
+    """Write results.json, results.md and the plots under `results_dir`; return the table."""
+    all_runs = load_runs(exp)
+    if not all_runs:
+        raise RuntimeError(f"no finished runs under {exp.output_dir}")
+    out = Path(exp.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = compare(all_runs)
+    keep = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "config", "env_steps", "before",
+            "after", "difference", "curve", "before_tasks", "after_tasks")  # fmt: skip
+    write_json(out / "results.json", {"table": table, "runs": [{k: r.get(k) for k in keep} for r in all_runs]})
+    (out / "results.md").write_text(markdown(table, all_runs))
+    plot(table, all_runs, out)
+    return table
+
+
+def sweep_command(path: str, only: str = "", collect_only: bool = False) -> None:
+    exp = load_experiment(path)
+    if not collect_only:
+        execute(exp, only)
+    collect(exp)
+    print((Path(exp.results_dir) / "results.md").read_text())

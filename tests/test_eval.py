@@ -1,0 +1,51 @@
+"""Eval aggregation: per-task records -> rates with intervals, paired before/after differences."""
+
+import pytest
+
+from rspo.config import load_config
+from rspo.eval import eval_tasks, metrics_of, paired_differences, summary_table
+
+
+def rec(i, won, task_type="a", split="s", score=None):
+    return {"split": split, "task_index": i, "task_type": task_type, "won": won,
+            "score": float(won) if score is None else score, "progress": 0.5, "turns": 4, "invalid": 1}  # fmt: skip
+
+
+def test_eval_tasks_is_a_fixed_balanced_set():
+    assert eval_tasks(4, 12) == [0, 3, 6, 9]  # i * 12 // 4
+    assert eval_tasks(5, 3) == [0, 1, 2]  # all tasks when asked for more than the split has
+    assert eval_tasks(96, 140) == eval_tasks(96, 140)  # deterministic: the same set in every run
+
+
+def test_metrics_of_hand_computed():
+    records = [rec(0, True, "a"), rec(1, False, "a"), rec(2, True, "b"), rec(3, False, "b"), rec(4, False, "b")]
+    m = metrics_of(records, "eval/")
+    assert m["eval/s/success_rate"] == pytest.approx(2 / 5)
+    assert m["eval/s/a/success_rate"] == 0.5 and m["eval/s/b/success_rate"] == pytest.approx(1 / 3)
+    assert m["eval/s/num_tasks"] == 5.0
+    assert m["eval/s/invalid_action_rate"] == pytest.approx(5 / 20)  # 1 invalid turn of 4, 5 tasks
+    # Wilson for 2/5 (z^2 = 3.8415): centre = (0.4 + 0.38415) / 1.76830 = 0.44345,
+    # half = 1.96 / 1.76830 * sqrt(0.24/5 + 3.8415/100) = 1.10840 * 0.29394 = 0.32580
+    assert m["eval/s/success_lo"] == pytest.approx(0.44345 - 0.32580, abs=1e-4)  # 0.1177
+    assert m["eval/s/success_hi"] == pytest.approx(0.44345 + 0.32580, abs=1e-4)  # 0.7693
+
+
+def test_paired_differences_match_tasks_by_index():
+    before = [rec(i, i < 2) for i in range(8)]  # tasks 0, 1 solved
+    after = [rec(i, i < 6) for i in reversed(range(8))]  # tasks 0..5 solved, listed in another order
+    d = paired_differences(before, after)
+    assert d["eval/s/success_diff"] == pytest.approx(4 / 8)  # 6/8 - 2/8
+    assert 0.0 < d["eval/s/success_diff_lo"] <= 0.5 <= d["eval/s/success_diff_hi"] <= 1.0
+    # Paired: 4 tasks flip 0 -> 1 and none the other way, so no resample can go below 0.
+    nothing = paired_differences(before, before)
+    assert (nothing["eval/s/success_diff_lo"], nothing["eval/s/success_diff_hi"]) == (0.0, 0.0)
+
+
+def test_summary_table_shows_intervals_and_the_difference():
+    before = [rec(i, i < 2) for i in range(8)]
+    after = [rec(i, i < 6) for i in range(8)]
+    diffs = paired_differences(before, after)
+    table = summary_table(metrics_of(before), metrics_of(after), load_config(None, []), diffs)
+    line = next(row for row in table.splitlines() if row.startswith("eval/s/success_rate"))
+    assert "0.250 [" in line and "0.750 [" in line and "+0.500 [" in line
+    assert " 8 " in line  # the number of tasks
