@@ -171,3 +171,41 @@ def test_masked_mean():
     torch.testing.assert_close(masked_mean(x, mask), torch.tensor(2.0))
     torch.testing.assert_close(masked_mean(x, mask, dim=1), torch.tensor([1.5, 3.0]))
     torch.testing.assert_close(masked_mean(x, torch.zeros(2, 2)), torch.tensor(0.0))  # empty -> 0
+
+
+# ---------------------------------------------------------------- aggregation over trajectories
+
+
+class Rows:
+    def __init__(self, traj_id, tokens):
+        width = max(tokens)
+        self.traj_id = torch.tensor(traj_id)
+        self.response_mask = torch.tensor([[1.0] * t + [0.0] * (width - t) for t in tokens])
+
+    def __len__(self):
+        return len(self.traj_id)
+
+
+def test_row_weights_hand_computed():
+    from rspo.update import row_weights
+
+    rows = Rows([7, 7, 3], [1, 3, 2])  # trajectory 7: 1 + 3 = 4 tokens; trajectory 3: 2 tokens
+    torch.testing.assert_close(row_weights(rows, "trajectory_mean"), torch.tensor([0.25, 0.25, 0.5]))
+    torch.testing.assert_close(row_weights(rows, "token_mean"), torch.ones(3))
+
+
+def test_trajectory_mean_removes_the_long_failure_bias():
+    # One group, two trajectories: a success in 1 turn of 2 tokens (A = +1) and a failure in
+    # 3 turns of 2 tokens each (A = -1): the advantages sum to 0 over trajectories.
+    # token_mean at ratio 1: -(2*1 + 6*(-1)) / 8 = +0.5: a net push down on every sampled token.
+    # trajectory_mean: weights 1/2 and 1/6 -> -(2*1/2 - 6*1/6) / (1 + 1) = 0.
+    from rspo.update import row_weights
+
+    rows = Rows([0, 1, 1, 1], [2, 2, 2, 2])
+    adv = torch.tensor([1.0, -1.0, -1.0, -1.0])
+    logp = torch.zeros(4, 2)
+    token, _ = policy_loss(logp, logp, adv, rows.response_mask, clip_ratio=0.2)
+    torch.testing.assert_close(token, torch.tensor(0.5))
+    weighted = rows.response_mask * row_weights(rows, "trajectory_mean")[:, None]
+    traj, _ = policy_loss(logp, logp, adv, weighted, clip_ratio=0.2)
+    torch.testing.assert_close(traj, torch.tensor(0.0))

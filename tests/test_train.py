@@ -169,3 +169,32 @@ def test_rspo_explorer_warmup_then_sync(warm_model, tmp_path):
         assert all(torch.equal(a, b) for a, b in synced)
     finally:
         run.pool.close()
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "trajectory_mean"])
+def test_micro_batches_accumulate_to_the_minibatch_gradient(warm_model, tmp_path, monkeypatch, agg):
+    from rspo.batch import TARGET
+    from rspo.rollout import Plan, collect
+    from rspo.train import sample_tasks
+    from rspo.update import policy_step, row_weights
+
+    cfg = small_config(f"model.init_from={warm_model}", f"train.output_dir={tmp_path}", f"algo.loss_agg={agg}")
+    run = setup(cfg)
+    try:
+        batch = collect(run.policy, run.pool, cfg.env.name, sample_tasks(run), [Plan("target", 2, TARGET)],
+                        cfg.rollout, temperature=1.0, max_turns=3, progress=False).batch  # fmt: skip
+        learner = run.learners["target"]
+        params = run.policy.parameters_of("target")
+        grads = []
+        monkeypatch.setattr(learner.optimizer, "step", lambda: grads.append([p.grad.clone() for p in params]))
+        adv = torch.randn(len(batch), generator=torch.Generator().manual_seed(0))
+        args = (batch, adv, torch.zeros(len(batch), dtype=torch.bool), row_weights(batch, agg))
+        for size in (len(batch), 1, 3):  # one micro-batch, then row by row, then uneven chunks
+            cfg.train.micro_batch = size
+            policy_step(run.acc, run.policy, learner, *args, cfg)
+        assert len(batch) > 3 and len(grads) == 3
+        for other in grads[1:]:
+            for g, h in zip(grads[0], other):
+                torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+    finally:
+        run.pool.close()

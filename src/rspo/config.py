@@ -136,6 +136,7 @@ class AlgoConfig:
     value_clip: float = 0.2  # PPO critic
     critic_lr: float = 1e-4  # PPO critic
     whiten_advantages: bool = False  # PPO: normalize advantages over the batch
+    loss_agg: str = "token_mean"  # token_mean (verl / GiGPO reference) | trajectory_mean (each trajectory once)
 
 
 @dataclass
@@ -225,6 +226,7 @@ CHOICES: dict[str, list[str]] = {
     "algo.name": ["grpo", "ppo", "gigpo"],
     "rollout.behavior_logprobs": ["forward", "sampler"],
     "algo.norm": ["mean_std", "mean"],
+    "algo.loss_agg": ["token_mean", "trajectory_mean"],
     "reward.mode": ["outcome", "process", "shaped", "rspo"],
     "rspo.offpolicy": ["clip", "shaping", "positive_only"],
     "env.alfworld.task_types": ALFWORLD_TASK_TYPES,

@@ -90,6 +90,21 @@ def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, devic
     return loss, int((targets != -100).sum())
 
 
+def length_grouped_batches(samples: list, batch_size: int, rng: random.Random, pool: int = 16) -> list[list]:
+    """Shuffled batches of similar lengths: shuffle, sort each run of `pool` batches' worth
+    of samples by length, cut it into batches, shuffle the batches. Prompts vary 2-3x in
+    length, so random batches are padded heavily; this keeps the order random at the
+    batch level while padding little."""
+    order = samples[:]
+    rng.shuffle(order)
+    batches = []
+    for start in range(0, len(order), batch_size * pool):
+        chunk = sorted(order[start : start + batch_size * pool], key=lambda s: len(s[0]) + len(s[1]))
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def collect_demos(cfg: Config, pool, episodes: int) -> list[tuple[Turn, str]]:
     max_turns = cfg.rollout.max_turns or pool.max_steps
     return expert_demos(pool, pool.num_tasks("train"), episodes, max_turns, cfg.rollout.history_length, cfg.train.seed)
@@ -133,14 +148,8 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     losses = []
     with policy.use("target"):
         for _ in range(cfg.sft.epochs):
-            rng.shuffle(samples)
-            for start in range(0, len(samples), cfg.sft.batch_size):
-                loss_sum, n = sft_loss(
-                    policy.nets["target"],
-                    samples[start : start + cfg.sft.batch_size],
-                    tokenizer.pad_token_id,
-                    policy.device,
-                )
+            for batch in length_grouped_batches(samples, cfg.sft.batch_size, rng):
+                loss_sum, n = sft_loss(policy.nets["target"], batch, tokenizer.pad_token_id, policy.device)
                 (loss_sum / n).backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
                 opt.step()

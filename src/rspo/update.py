@@ -1,9 +1,17 @@
 """One learner's update: advantages, then epochs × minibatches of clipped-ratio steps.
 
 A minibatch is split into micro-batches of `train.micro_batch` sequences (gradient
-accumulation); each micro-batch's token-mean loss is weighted by its share of the
-minibatch's response tokens, so the accumulated gradient is exactly the token-mean over
-the whole minibatch. Sequences are trimmed to the micro-batch's own padding first.
+accumulation); each micro-batch's (weighted) token-mean loss is weighted by its share of
+the minibatch's token weight, so the accumulated gradient is exactly the mean over the
+whole minibatch. Sequences are trimmed to the micro-batch's own padding first.
+
+Aggregation (`algo.loss_agg`): `token_mean` weighs every response token alike (verl's
+token-mean, the GiGPO reference's). With per-turn samples that favours long
+trajectories: failures run to the turn cap, so in a group whose trajectory advantages sum
+to 0 the tokens' advantages do not, and the loss pushes down the sampled tokens on net
+(measured here: a per-turn advantage mean of -0.1 in every step, and a tiny model's
+success falling 0.28 -> 0.11 in 20 steps). `trajectory_mean` weighs each token by 1 / its
+trajectory's token count, so every trajectory counts once, as its advantage does.
 """
 
 from __future__ import annotations
@@ -101,13 +109,16 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
         adv = whiten(adv)
     t_adv = time.perf_counter() - t_adv
     offpolicy = data.offpolicy[data.rows]
+    weights = row_weights(view, a.loss_agg)
     sums: dict[str, float] = {}
     bar = tqdm(
         total=cfg.train.epochs * minibatches, desc=f"update {learner.name}", disable=not cfg.log.progress, leave=False
     )
     for _ in range(cfg.train.epochs):
         for mb in torch.randperm(len(view)).tensor_split(minibatches):
-            for k, v in policy_step(acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], cfg).items():
+            for k, v in policy_step(
+                acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], weights[mb], cfg
+            ).items():
                 sums[k] = sums.get(k, 0.0) + v
             if learner.critic:
                 loss = critic_step(acc, policy, learner, view.select(mb), values[mb], returns[mb], cfg)
@@ -125,18 +136,32 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     return {prefix + k: v for k, v in metrics.items()}
 
 
-def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, cfg) -> tuple[Tensor, dict]:
-    """Token-mean loss of one micro-batch: clipped policy loss (off-policy rows corrected),
-    + kl_coef * KL to the reference, - entropy_coef * entropy."""
+def row_weights(batch: TurnBatch, loss_agg: str) -> Tensor:
+    """(N,) each row's token weight: 1 (`token_mean`), or 1 / the response-token count of
+    the row's trajectory (`trajectory_mean`)."""
+    if loss_agg == "token_mean":
+        return torch.ones(len(batch))
+    _, traj = torch.unique(batch.traj_id, return_inverse=True)
+    tokens = torch.zeros(int(traj.max()) + 1 if len(batch) else 0).index_add_(
+        0, traj, batch.response_mask.sum(1).float()
+    )
+    return 1.0 / tokens[traj].clamp(min=1.0)
+
+
+def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, weight: Tensor, cfg):
+    """Weighted token-mean loss of one micro-batch (`weight` (n,): each row's token weight):
+    clipped policy loss (off-policy rows corrected), + kl_coef * KL to the reference,
+    - entropy_coef * entropy. Returns (loss, metrics)."""
     a, r = cfg.algo, cfg.rspo
     R = x.response_mask.shape[1]
+    mask = x.response_mask * weight.to(x.response_mask)[:, None]  # (n, R)
     with policy.use(name):
         logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, R, with_entropy=a.entropy_coef > 0)
     loss, m = policy_loss(
         logp,
         x.behavior_logprobs,
         adv.to(logp.device),
-        x.response_mask,
+        mask,
         clip_ratio=a.clip_ratio,
         dual_clip=a.dual_clip,
         offpolicy=offpolicy.to(logp.device),
@@ -147,25 +172,27 @@ def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, 
     if a.kl_coef > 0:
         with torch.no_grad(), policy.reference():
             ref, _ = policy.logprobs(x.input_ids, x.attention_mask, R)
-        kl = low_var_kl(logp, ref, x.response_mask)
+        kl = low_var_kl(logp, ref, mask)
         loss = loss + a.kl_coef * kl
         m["loss/kl"] = kl.item()
     if entropy is not None:
-        ent = masked_mean(entropy, x.response_mask)
+        ent = masked_mean(entropy, mask)
         loss = loss - a.entropy_coef * ent
         m["loss/entropy"] = ent.item()
     return loss, m
 
 
-def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, cfg) -> dict:
-    """One optimizer step on one minibatch (accumulated over micro-batches)."""
-    tokens = mb.response_mask.sum().clamp(min=1)
+def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, rw: Tensor, cfg):
+    """One optimizer step on one minibatch (accumulated over micro-batches); `rw` (n,) are
+    the rows' token weights (`row_weights`). Returns metrics."""
+    token_weight = mb.response_mask.sum(1) * rw  # (n,) each row's share before normalizing
+    total = token_weight.sum().clamp(min=1e-12)
     metrics: dict[str, float] = {}
     for rows, sync in accumulate(acc, policy.nets[learner.name], len(mb), cfg.train.micro_batch):
         x = mb.select(rows).trim().to(policy.device)
-        weight = x.response_mask.sum() / tokens  # this micro-batch's share of the token mean
+        weight = token_weight[rows].sum() / total  # this micro-batch's share of the minibatch's mean
         with sync:
-            loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], cfg)
+            loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], rw[rows], cfg)
             acc.backward(loss * weight)
         for k, v in m.items():
             metrics[k] = metrics.get(k, 0.0) + float(v) * weight.item()

@@ -28,14 +28,17 @@ from rspo.offpolicy import offpolicy_token_loss
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None, denom: float | Tensor | None = None) -> Tensor:
     """sum(x * mask) / sum(mask) (over `dim`, or all elements). Empty masks give 0.
 
-    `denom` replaces sum(mask): pass a minibatch's token count to a micro-batch so that
-    summing micro-batch losses gives the minibatch's token-mean.
+    `mask` may carry weights (`algo.loss_agg=trajectory_mean`), so sums below 1 are real
+    denominators: only an exact 0 is guarded. `denom` replaces sum(mask): pass a
+    minibatch's token count to a micro-batch so that summing micro-batch losses gives the
+    minibatch's token-mean.
     """
     mask = mask.to(x.dtype)
     total = (x * mask).sum() if dim is None else (x * mask).sum(dim)
     if denom is None:
         denom = mask.sum() if dim is None else mask.sum(dim)
-    return total / torch.as_tensor(denom, dtype=x.dtype, device=x.device).clamp(min=1)
+    denom = torch.as_tensor(denom, dtype=x.dtype, device=x.device)
+    return total / torch.where(denom == 0, torch.ones_like(denom), denom)
 
 
 def logprobs_from_logits(logits: Tensor, labels: Tensor, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
