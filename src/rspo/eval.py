@@ -134,8 +134,10 @@ def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config
         f"eval summary: env={cfg.env.name} algo={cfg.algo.name} reward.mode={cfg.reward.mode}"
         "  [95% intervals: Wilson for a rate, paired bootstrap over tasks for a difference]"
     )
-    lines = [head, f"{'metric':<58} {'n':>4}  {'before':<21}  {'after':<21}  after - before", "-" * 132]
-    for k in [k for k in after if k.endswith(("success_rate", "progress"))]:
+    keys = [k for k in after if k.endswith(("success_rate", "progress"))]
+    w = max([len(k) for k in keys] + [6])
+    lines = [head, f"{'metric':<{w}} {'n':>4}  {'before':<21}  {'after':<21}  after - before", "-" * (w + 74)]
+    for k in keys:
         base, n = k.rsplit("/", 1)[0], after.get(k.rsplit("/", 1)[0] + "/num_tasks")
         cells = []
         for res in (before, after):
@@ -149,7 +151,7 @@ def summary_table(before: dict[str, float], after: dict[str, float], cfg: Config
         change = ""
         if k.endswith("success_rate") and d in diffs:
             change = fmt_interval(diffs[d], diffs[d + "_lo"], diffs[d + "_hi"], signed=True)
-        lines.append(f"{k:<58} {'' if n is None else int(n):>4}  {cells[0]:<21}  {cells[1]:<21}  {change}".rstrip())
+        lines.append(f"{k:<{w}} {'' if n is None else int(n):>4}  {cells[0]:<21}  {cells[1]:<21}  {change}".rstrip())
     return "\n".join(lines)
 
 
