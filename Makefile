@@ -6,7 +6,7 @@ CONFIG ?= configs/default.yaml
 # GPU users who installed their own CUDA torch into the venv: `make install TORCH=` keeps it.
 TORCH ?= -r requirements-torch.txt
 
-.PHONY: install train test test-fast lint format bench clean
+.PHONY: install train sweep test test-fast lint format bench clean
 
 $(VENV)/.installed: requirements.txt requirements-torch.txt requirements-dev.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +20,13 @@ install: $(VENV)/.installed
 
 train: install
 	$(VENV)/bin/rspo train --config $(CONFIG)
+
+# An experiment grid (configs/experiments/$(EXP).yaml): runs what is missing, then writes
+# its table, plots and JSON. `make sweep EXP=small ONLY=grpo-rspo` runs a piece.
+EXP ?= small
+ONLY ?=
+sweep: install
+	$(VENV)/bin/rspo sweep --config configs/experiments/$(EXP).yaml $(if $(ONLY),--only $(ONLY))
 
 test: install
 	$(PY) -m pytest -q

@@ -49,3 +49,22 @@ def test_summary_table_shows_intervals_and_the_difference():
     line = next(row for row in table.splitlines() if row.startswith("eval/s/success_rate"))
     assert "0.250 [" in line and "0.750 [" in line and "+0.500 [" in line
     assert " 8 " in line  # the number of tasks
+
+
+def test_eval_samples_alike_whatever_the_pool_size(warm_model):
+    """RSPO's env pool is larger than the baseline's; eval must not depend on it, or the
+    arms' evals of the same weights differ by sampling noise alone."""
+    from conftest import small_config
+
+    from rspo.envs.pool import EnvPool
+    from rspo.eval import evaluate_tasks
+    from rspo.policy import build_policy
+
+    cfg = small_config(f"model.init_from={warm_model}", "eval.num_tasks=7", "eval.batch_size=3",
+                       "eval.temperature=1.0", "rollout.max_turns=4")  # fmt: skip
+    policy = build_policy(cfg.model, None, adapters=["target"])
+    runs = []
+    for size in (3, 8):
+        with EnvPool(cfg.env, size) as pool:
+            runs.append(evaluate_tasks(policy, pool, cfg))
+    assert len(runs[0]) == 7 and runs[0] == runs[1]

@@ -193,6 +193,7 @@ class EvalConfig:
     splits: list[str] = field(default_factory=lambda: ["eval_in_distribution", "eval_out_of_distribution"])
     num_tasks: int = 20  # tasks per split
     temperature: float = 0.0  # 0 = greedy
+    batch_size: int = 32  # tasks played at once; fixed, so runs with other pool sizes sample alike
     explorer: bool = False  # also evaluate the RSPO explorer
 
 
@@ -241,6 +242,7 @@ POSITIVE = {
     "train.minibatches",
     "train.micro_batch",
     "eval.num_tasks",
+    "eval.batch_size",
     "sft.batch_size",
     "env.alfworld.max_receptacles",
 }

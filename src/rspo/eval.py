@@ -1,7 +1,9 @@
 """Evaluation on held-out splits: success rate and score, overall and per task type.
 
 Greedy decoding with `eval.temperature=0`, else sampling with a fixed seed (every eval of
-a run samples alike, so before/after differ only by the weights); one trajectory per task;
+a run samples alike, so before/after differ only by the weights; tasks are played
+`eval.batch_size` at a time whatever the env pool's size, so runs whose pools differ —
+RSPO's is larger — sample alike too); one trajectory per task;
 `eval.num_tasks` tasks of each split in `eval.splits`, evenly spaced through the split
 (deterministic), spread over ranks.
 """
@@ -50,12 +52,13 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[d
     for split in cfg.eval.splits:
         tasks = [(split, i) for i in eval_tasks(cfg.eval.num_tasks, pool.num_tasks(split))][rank::world]
         mine = []
-        for start in range(0, len(tasks), pool.num_envs):
+        chunk = min(cfg.eval.batch_size, pool.num_envs)  # not the pool's size: arms sample alike
+        for start in range(0, len(tasks), chunk):
             ro = collect(
                 policy,
                 pool,
                 cfg.env.name,
-                tasks[start : start + pool.num_envs],
+                tasks[start : start + chunk],
                 [Plan(adapter, 1, TARGET)],
                 cfg.rollout,
                 temperature=cfg.eval.temperature,
@@ -168,7 +171,7 @@ def evaluate_command(cfg: Config, checkpoint: str = "") -> dict[str, float]:
     if cfg.sft.episodes > 0 and not cfg.model.init_from:  # the base model as `train.setup` chose it
         cfg.model.init_from = str(warm_start_dir(cfg))
     adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
-    with EnvPool(cfg.env, min(cfg.eval.num_tasks, 32)) as pool:
+    with EnvPool(cfg.env, min(cfg.eval.num_tasks, cfg.eval.batch_size)) as pool:
         policy = build_policy(cfg.model, model_corpus(cfg, pool), adapters=adapters)
         policy.load(path / "policy")
         results = evaluate(policy, pool, cfg)

@@ -72,7 +72,7 @@ def setup(cfg: Config) -> Run:
         cfg.model.init_from = str(warm_start(cfg, acc))
     rspo = cfg.reward.mode == "rspo"
     per_task = cfg.rollout.group_size + (cfg.rspo.explorer_rollouts if rspo else 0)
-    pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, 32)))
+    pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, cfg.eval.batch_size)))
     policy = build_policy(
         cfg.model,
         model_corpus(cfg, pool),
