@@ -168,7 +168,7 @@ def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
             return label, 0
         out.mkdir(parents=True, exist_ok=True)
         progress(f"sweep: {command} {label} -> {out}")
-        t0 = time.time()
+        t0, commit = time.time(), commit_hash()  # the code the run starts with
         if exp.parallel == 0:
             _in_process(command, load_config(exp.base, overrides))
             code = 0
@@ -177,7 +177,7 @@ def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
             code = _launch(launcher, [command, "--config", exp.base, *overrides], out / f"{command}.log", threads)
         if code == 0 and command == "train":
             cfg = load_config(exp.base, overrides)
-            write_json(out / "run.json", {"config": to_dict(cfg), "commit": commit_hash(), "wall_s": time.time() - t0,
+            write_json(out / "run.json", {"config": to_dict(cfg), "commit": commit, "wall_s": time.time() - t0,
                                           "overrides": overrides})  # fmt: skip
         status = "done" if code == 0 else f"FAILED (exit {code}, see {out})"
         progress(f"sweep: {label} {status} in {time.time() - t0:.0f}s")
