@@ -31,6 +31,7 @@ from rspo.algorithms.ppo import value_loss, whiten
 from rspo.batch import REPLAY, TurnBatch, cat
 from rspo.policy import critic_name
 from rspo.rewards.modes import LearnerData
+from rspo.segment import Segments
 
 
 @dataclass
@@ -141,11 +142,10 @@ def row_weights(batch: TurnBatch, loss_agg: str) -> Tensor:
     the row's trajectory (`trajectory_mean`)."""
     if loss_agg == "token_mean":
         return torch.ones(len(batch))
-    _, traj = torch.unique(batch.traj_id, return_inverse=True)
-    tokens = torch.zeros(int(traj.max()) + 1 if len(batch) else 0).index_add_(
-        0, traj, batch.response_mask.sum(1).float()
-    )
-    return 1.0 / tokens[traj].clamp(min=1.0)
+    seg = Segments.of(batch.traj_id)
+    tokens = seg.rows(batch.response_mask.sum(1).float())  # each row's response tokens
+    per_trajectory = seg.expand(seg.sum(tokens)).expand_as(tokens)  # its trajectory's total, per row
+    return 1.0 / seg.flat(per_trajectory).clamp(min=1.0)
 
 
 def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, weight: Tensor, cfg):
