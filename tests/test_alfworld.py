@@ -102,6 +102,20 @@ def test_generate_layout_types_and_scenes(tmp_path):
         assert types == set(gen.TASK_TYPES)  # six games, the six types
 
 
+def test_max_receptacles_bounds_the_room_and_keeps_what_the_task_needs():
+    def room_size(max_receptacles, index):  # receptacles declared in the PDDL problem
+        problem = gen.make_game(0, "train", index, gen.TASK_TYPES, max_receptacles)[2]["pddl_problem"]
+        return len(re.findall(r"^\s+[^\s?]\S* - receptacle$", problem, re.MULTILINE))  # not the goal's `?r`
+
+    for i in range(12):  # two games of each task type
+        assert room_size(gen.MAX_RECEPTACLES, i) <= gen.MAX_RECEPTACLES
+        assert 1 <= room_size(6, i) <= 6
+        # never fewer than the task needs, whatever the bound: 2 (a start and a goal
+        # receptacle), 1 for look_at_obj_in_light when the lamp stands where the object starts
+        assert room_size(1, i) >= (1 if i % 6 == 1 else 2)
+    assert gen.make_game(0, "train", 0, gen.TASK_TYPES, 6) != gen.make_game(0, "train", 0, gen.TASK_TYPES)
+
+
 def test_generation_is_deterministic(tmp_path):
     a = gen.generate(tmp_path / "a", "train", 6, seed=1, task_types=gen.TASK_TYPES)
     b = gen.generate(tmp_path / "b", "train", 6, seed=1, task_types=gen.TASK_TYPES)

@@ -35,6 +35,9 @@ ALFWORLD_TASK_TYPES = [
 ]
 
 
+ALFWORLD_MAX_RECEPTACLES = 12  # generated rooms' default size (rspo.envs.alfworld_gen)
+
+
 class ConfigError(ValueError):
     """A config problem, phrased as one line for the user."""
 
@@ -81,7 +84,9 @@ class AlfworldConfig:
     task_types: list[str] = field(default_factory=lambda: list(ALFWORLD_TASK_TYPES))
     max_steps: int = 50
     seed: int = 0
-    max_receptacles: int = 12  # generated rooms' size (the task's own 2-4 always included): fewer = easier
+    max_receptacles: int = (
+        ALFWORLD_MAX_RECEPTACLES  # generated rooms' size (the task's own 1-4 always included): fewer = easier
+    )
 
 
 @dataclass

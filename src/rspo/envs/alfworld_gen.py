@@ -47,14 +47,14 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
-from rspo.config import ALFWORLD_TASK_TYPES
+from rspo.config import ALFWORLD_MAX_RECEPTACLES, ALFWORLD_TASK_TYPES
 
 TASK_TYPES = ALFWORLD_TASK_TYPES
 # rspo split name -> directory name in the official layout
 SPLIT_DIRS = {"train": "train", "eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
 
 VERSION = 1  # bump whenever generated games change: caches are keyed by it
-MAX_RECEPTACLES = 12  # room size: keeps the planner and the engine's admissible commands fast
+MAX_RECEPTACLES = ALFWORLD_MAX_RECEPTACLES  # room size: keeps the planner and the engine's admissible commands fast
 MAX_DISTRACTORS = 5  # non-target objects (at least 2)
 TOOLS = {  # the receptacle a state-change task needs, which is also never its target
     "pick_clean_then_place_in_recep": "SinkBasin",
@@ -343,7 +343,7 @@ def make_game(
 ) -> tuple[Task, dict, dict]:
     """Game `index` of `split`: (task, traj_data, game.tw-pddl contents). Deterministic.
 
-    The rooms always hold the receptacles the task needs (2-4), even under a smaller
+    The rooms always hold the receptacles the task needs (1-4), even under a smaller
     `max_receptacles`."""
     check_split(split)
     check_task_types(task_types)
