@@ -25,8 +25,9 @@ train: install
 # its table, plots and JSON. `make sweep EXP=small ONLY=grpo-rspo` runs a piece.
 EXP ?= small
 ONLY ?=
+PARALLEL ?=
 sweep: install
-	$(VENV)/bin/rspo sweep --config configs/experiments/$(EXP).yaml $(if $(ONLY),--only $(ONLY))
+	$(VENV)/bin/rspo sweep --config configs/experiments/$(EXP).yaml $(if $(ONLY),--only $(ONLY)) $(if $(PARALLEL),--parallel $(PARALLEL))
 
 test: install
 	$(PY) -m pytest -q

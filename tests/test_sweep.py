@@ -2,6 +2,7 @@
 plots and JSON; finished runs are not rerun; bad experiment files fail naming the key."""
 
 import json
+import shutil
 
 import pytest
 import yaml
@@ -51,6 +52,14 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
     said = []
     execute(exp, progress=said.append)
     assert said == [] and {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    # A fresh clone has the committed results.json but no run directories: the finished runs
+    # are restored from it, nothing is rerun, and the table is the same.
+    shutil.rmtree(tmp_path / "runs")
+    said = []
+    execute(exp, progress=said.append)
+    assert said == ["sweep: 2 finished run(s) restored from " + str(tmp_path / "results") + "/results.json"]
+    assert not list((tmp_path / "runs").glob("*/checkpoints")) and not (tmp_path / "runs" / "warmstart").exists()
+    assert collect(exp) == table
 
 
 def test_bad_experiment_files_name_the_key(warm_model, tmp_path):

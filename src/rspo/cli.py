@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     sweep.add_argument("--config", required=True, help="experiment file (configs/experiments/*.yaml)")
     sweep.add_argument("--only", default="", help="run only the grid points whose name contains this")
     sweep.add_argument("--collect", action="store_true", help="only rebuild the results from finished runs")
+    sweep.add_argument("--parallel", type=int, help="runs at a time (overrides the experiment file's `parallel`)")
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("RSPO_DEBUG") == "1"
     quiet_libraries()
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "sweep":
             from rspo.sweep import sweep_command
 
-            sweep_command(args.config, args.only, args.collect)
+            sweep_command(args.config, args.only, args.collect, args.parallel)
         else:
             COMMANDS[args.command][1](cfg, args)
     except KeyboardInterrupt:

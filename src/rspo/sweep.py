@@ -147,13 +147,40 @@ def _in_process(command: str, cfg) -> None:
         train(cfg)
 
 
+SUMMARY_KEYS = ("before", "after", "difference", "env_steps", "curve", "before_tasks", "after_tasks")
+
+
+def restore(exp: Experiment) -> list[str]:
+    """Put back the finished runs that the committed results.json records but whose run
+    directories are gone (a fresh clone, another machine): their eval_summary.json and
+    run.json, so that they count as finished and a grid continues instead of rerunning."""
+    path = Path(exp.results_dir) / "results.json"
+    if not path.is_file():
+        return []
+    names = {spec.name: spec for spec in runs(exp)}
+    restored = []
+    for r in json.loads(path.read_text())["runs"]:
+        d = Path(exp.output_dir) / r["name"]
+        if r["name"] in names and not (d / "eval_summary.json").exists():
+            d.mkdir(parents=True, exist_ok=True)
+            write_json(d / "run.json", {k: r[k] for k in ("config", "commit", "wall_s")} | {"restored_from": str(path)})
+            write_json(d / "eval_summary.json", {k: r[k] for k in SUMMARY_KEYS})
+            restored.append(r["name"])
+    return restored
+
+
 def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
     """Run every unfinished grid point (warm starts first); returns the runs selected."""
+    restored = restore(exp)
+    if restored:
+        progress(f"sweep: {len(restored)} finished run(s) restored from {exp.results_dir}/results.json")
     selected = [s for s in runs(exp) if only in s.name]
     threads = max(1, (os.cpu_count() or 1) // max(exp.parallel, 1))
     warm: dict[str, list[str]] = {}  # warm-start dir -> overrides that build it
     plan = []
     for spec in selected:
+        if (spec.dir(exp) / "eval_summary.json").exists():
+            continue  # finished: needs no warm start either
         cfg = load_config(exp.base, spec.overrides)
         ws = Path(exp.output_dir) / "warmstart" / warm_start_key(cfg)
         if cfg.sft.episodes > 0 and not cfg.model.init_from:
@@ -365,6 +392,7 @@ def plot(table: dict, all_runs: list[dict], out_dir: Path) -> list[Path]:
 
 def collect(exp: Experiment) -> dict:
     """Write results.json, results.md and the plots under `results_dir`; return the table."""
+    restore(exp)
     all_runs = load_runs(exp)
     if not all_runs:
         raise RuntimeError(f"no finished runs under {exp.output_dir}")
@@ -379,8 +407,10 @@ def collect(exp: Experiment) -> dict:
     return table
 
 
-def sweep_command(path: str, only: str = "", collect_only: bool = False) -> None:
+def sweep_command(path: str, only: str = "", collect_only: bool = False, parallel: int | None = None) -> None:
     exp = load_experiment(path)
+    if parallel is not None:
+        exp.parallel = parallel
     if not collect_only:
         execute(exp, only)
     collect(exp)
