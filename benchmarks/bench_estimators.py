@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N = 8,192 and fewer repeats")
     parser.add_argument("--turns", type=int, default=None, help="N (default 65,536)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a per-core ratio)")
+    parser.add_argument("--min-cuda-ratio", type=float, default=0, help="exit 1 unless CUDA is this many x the loop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     allocator = keep_freed_memory()
@@ -77,7 +78,8 @@ def main() -> None:
     threads = torch.get_num_threads()
     print(f"N = {n:,} turns, {num_traj:,} trajectories, torch {torch.__version__}, {threads} CPU threads{device}")
     print(f"allocator: {allocator}")
-    print(f"{'estimator':<10}{'vectorized CPU':>16}{'loop reference':>16}{'ratio':>9}  {'CUDA':>10}  loop timing")
+    print(f"{'estimator':<10}{'vectorized CPU':>16}{'loop reference':>16}{'ratio':>9}  {'CUDA':>18}  loop timing")
+    slow = []  # estimators whose CUDA ratio misses --min-cuda-ratio
     for name, (fast, loop) in ESTIMATORS.items():
         t_fast = timed(lambda fast=fast: fast(turns, **KW), repeats)
         t_loop, how = time_loop(loop, turns, budget)
@@ -85,9 +87,13 @@ def main() -> None:
         if cuda:
             cu = turns.to("cuda")
             t = timed(lambda fast=fast, cu=cu: fast(cu, **KW), repeats, torch.cuda.synchronize)
-            t_cuda = f"{t * 1e3:8.3f} ms"
-        print(f"{name:<10}{t_fast * 1e3:13.2f} ms{t_loop * 1e3:13.1f} ms{t_loop / t_fast:8.0f}x  {t_cuda:>10}  {how}")
+            t_cuda = f"{t * 1e3:8.3f} ms {t_loop / t:6.0f}x"
+        if args.min_cuda_ratio and not (cuda and t_loop / t >= args.min_cuda_ratio):
+            slow.append(name)
+        print(f"{name:<10}{t_fast * 1e3:13.2f} ms{t_loop * 1e3:13.1f} ms{t_loop / t_fast:8.0f}x  {t_cuda:>18}  {how}")
     print(f"loop references: pure Python over lists (*_loop), one core; vectorized: {threads} thread(s); best times")
+    if slow:
+        raise SystemExit(f"FAILED: CUDA is not {args.min_cuda_ratio:g}x the loop reference for {', '.join(slow)}")
 
 
 if __name__ == "__main__":

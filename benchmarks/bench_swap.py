@@ -30,6 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N = 8,192 in 512 groups, fewer repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: a per-core ratio)")
+    parser.add_argument("--min-cuda-ratio", type=float, default=0, help="exit 1 unless CUDA is this many x the loop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     allocator = keep_freed_memory()
@@ -54,6 +55,8 @@ def main() -> None:
         )
     else:
         print("CUDA: not available here")
+    if args.min_cuda_ratio and not (cuda and t_loop / t_cuda >= args.min_cuda_ratio):
+        raise SystemExit(f"FAILED: the CUDA swap is not {args.min_cuda_ratio:g}x its loop reference")
 
 
 if __name__ == "__main__":

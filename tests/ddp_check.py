@@ -2,7 +2,8 @@
 
 Writes JSON: the process count, each rank's tasks, and a checksum of each rank's target
 weights before and after the step (equal across ranks iff DDP synchronized the gradients).
-With RSPO, also each rank's replay-buffer tasks before a checkpoint and after resuming it.
+Then a checkpoint is saved, the weights zeroed, and the checkpoint resumed: the checksum
+after resuming, and with RSPO each rank's replay-buffer tasks before and after.
 """
 
 import json
@@ -29,14 +30,17 @@ def main() -> None:
         tasks = sample_tasks(run)
         metrics = rl_step(run)
         after = checksum(run.policy)
-        buffer, restored = None, None
+        buffer = [e.task for e in run.buffer._entries] if run.buffer is not None else None
+        save(run)
+        with torch.no_grad():
+            for p in run.policy.parameters_of("target"):
+                p.zero_()
         if run.buffer is not None:
-            buffer = [e.task for e in run.buffer._entries]
-            save(run)
             run.buffer = ReplayBuffer(size=1, staleness=1)
-            run.cfg.train.resume = "auto"
-            resume(run)
-            restored = [e.task for e in run.buffer._entries]
+        run.cfg.train.resume = "auto"
+        resume(run)
+        resumed = checksum(run.policy)
+        restored = [e.task for e in run.buffer._entries] if run.buffer is not None else None
         rows = gather_object(
             [
                 {
@@ -47,6 +51,7 @@ def main() -> None:
                     "finite": all(torch.isfinite(torch.tensor(v)) for v in metrics.values()),
                     "buffer": buffer,
                     "restored": restored,
+                    "resumed": resumed,
                 }
             ]
         )

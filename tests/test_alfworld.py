@@ -20,6 +20,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from rspo.config import AlfworldConfig  # noqa: E402
+from rspo.envs import alfworld  # noqa: E402
 from rspo.envs import alfworld_gen as gen  # noqa: E402
 from rspo.envs.alfworld import NOTHING, AlfworldEnv, Facts, generated_root, goal_progress, potential  # noqa: E402
 
@@ -277,9 +278,24 @@ def test_corrupt_game_files_raise_naming_the_file(tmp_path):
     env = AlfworldEnv(AlfworldConfig(data_dir=str(tmp_path)))
     with pytest.raises(ValueError, match=f"corrupt ALFWorld game file {re.escape(str(paths[1]))}"):
         env.reset("train", 1)
-    paths[0].write_text("{not json")
-    with pytest.raises(ValueError, match="corrupt ALFWorld game file"):
-        AlfworldEnv(AlfworldConfig(data_dir=str(tmp_path))).num_tasks("train")
+    paths[0].write_text("{not json")  # after the index was read: reset still names the file
+    with pytest.raises(ValueError, match=f"corrupt ALFWorld game file {re.escape(str(paths[0]))}"):
+        env.reset("train", 0)
+    other = gen.generate(tmp_path / "other", "train", 2, seed=0, task_types=gen.TASK_TYPES)
+    other[0].write_text("{not json")  # before: reading the index names it
+    with pytest.raises(ValueError, match=f"corrupt ALFWorld game file {re.escape(str(other[0]))}"):
+        AlfworldEnv(AlfworldConfig(data_dir=str(tmp_path / "other"))).num_tasks("train")
+
+
+def test_the_game_index_is_read_once_per_process(tmp_path):
+    """Every env of a worker process shares one index of a split (the official train split
+    has 3,553 games, two JSON files each)."""
+    gen.generate(tmp_path, "train", 3, seed=0, task_types=gen.TASK_TYPES)
+    alfworld._index_split.cache_clear()
+    envs = [AlfworldEnv(AlfworldConfig(data_dir=str(tmp_path))) for _ in range(4)]
+    assert {e.num_tasks("train") for e in envs} == {3}
+    info = alfworld._index_split.cache_info()
+    assert (info.misses, info.hits) == (1, 3)
 
 
 # -- the potential on hand-written facts ----------------------------------------------

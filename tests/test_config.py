@@ -58,6 +58,9 @@ def test_shipped_configs_load(path):
         ("algo.name", "expected key=value"),
         ("env.alfworld.task_types=pick_and_place", "env.alfworld.task_types: invalid value 'pick_and_place'"),
         ("reward.mode=rspo rspo.explorer_rollouts=0", "rspo.explorer_rollouts: must be >= 1"),
+        ("env.step_timeout=0", "env.step_timeout: must be > 0 seconds, got 0.0"),
+        ("env.step_timeout=.nan", "env.step_timeout: must be > 0 seconds, got nan"),
+        ("train.max_skipped_updates=-1", "train.max_skipped_updates: must be >= 0, got -1"),
     ],
 )
 def test_errors_name_the_key(override, expected):

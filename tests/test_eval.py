@@ -68,3 +68,29 @@ def test_eval_samples_alike_whatever_the_pool_size(warm_model):
         with EnvPool(cfg.env, size) as pool:
             runs.append(evaluate_tasks(policy, pool, cfg))
     assert len(runs[0]) == 7 and runs[0] == runs[1]
+
+
+def test_samples_per_task_averages_k_trajectories_per_task(warm_model):
+    """With k = 3 samples per task each task gets one record whose `won` is its fraction of
+    wins (a multiple of 1/3), and its turns are the sum over its k trajectories."""
+    from conftest import small_config
+
+    from rspo.envs.pool import EnvPool
+    from rspo.eval import eval_pool_size, evaluate_tasks
+    from rspo.policy import build_policy
+
+    cfg = small_config(f"model.init_from={warm_model}", "eval.num_tasks=5", "eval.batch_size=7",
+                       "eval.samples_per_task=3", "eval.temperature=1.0", "rollout.max_turns=3")  # fmt: skip
+    assert eval_pool_size(cfg) == 7  # 7 trajectories at once = 2 tasks x 3 samples (one env idle)
+    policy = build_policy(cfg.model, None, adapters=["target"])
+    with EnvPool(cfg.env, eval_pool_size(cfg)) as pool:
+        records = evaluate_tasks(policy, pool, cfg)
+    for split in cfg.eval.splits:
+        mine = [r for r in records if r["split"] == split]
+        assert [r["task_index"] for r in mine] == sorted({r["task_index"] for r in mine}) and len(mine) == 5
+    for r in records:
+        assert r["won"] * 3 == pytest.approx(round(r["won"] * 3)) and 0 <= r["won"] <= 1
+        assert 3 <= r["turns"] <= 9  # 3 trajectories of 1 to 3 turns
+    assert metrics_of(records)[f"eval/{cfg.eval.splits[0]}/num_tasks"] == 5
+    single = small_config(f"model.init_from={warm_model}", "eval.num_tasks=5")
+    assert eval_pool_size(single) == 5  # k = 1: one env per task, at most batch_size (32)

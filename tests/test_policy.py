@@ -258,9 +258,35 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         policy = Policy(cfg, model, tok)
         train_steps(policy, "target", steps=1)
         grads.append([p.grad.clone() for p in policy.parameters_of("target")])
-    assert policy._peft.get_base_model().is_activation_checkpointing
+    base = policy._peft.get_base_model()
+    assert base.is_activation_checkpointing
+    ids, _ = batch(policy.tokenizer)
+    assert base.get_input_embeddings()(ids).requires_grad  # LoRA's input-grad hook (the base is frozen)
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
+
+
+def test_random_qwen_has_the_published_size():
+    from rspo.models import RANDOM_MODELS
+
+    with torch.device("meta"):  # sizes only: no memory, no init
+        model = AutoModelForCausalLM.from_config(RANDOM_MODELS["random-qwen2.5-1.5b"]())
+    assert sum(p.numel() for p in model.parameters()) == 1_543_714_304  # Qwen2.5-1.5B, tied embeddings
+
+
+def test_wrap_refuses_weight_sharding_engines(monkeypatch):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29541")
+    dist.init_process_group("gloo", rank=0, world_size=1)  # FSDP2 runs on CPU too (not through accelerate)
+    try:
+        policy = make_policy()
+        with pytest.raises(NotImplementedError, match="ddp.yaml"):
+            policy.wrap(fully_shard)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_wrap_routes_differentiable_forwards_through_the_wrapper():

@@ -1,7 +1,9 @@
-"""EnvPool: worker processes give the in-process results; failures are explicit, never hangs."""
+"""EnvPool: worker processes give the in-process results; failures are explicit, never hangs;
+a worker that dies or hangs is replaced and only its envs' episodes end."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import signal
@@ -11,7 +13,7 @@ import pytest
 pytest.importorskip("alfworld")
 
 from rspo.config import AlfworldConfig, EnvConfig  # noqa: E402
-from rspo.envs.pool import EnvPool  # noqa: E402
+from rspo.envs.pool import EnvPool, WorkerFault  # noqa: E402
 
 NUM_ENVS = 3
 
@@ -99,27 +101,50 @@ def test_worker_construction_error_is_raised(cfg, tmp_path):
         EnvPool(bad, 2, timeout=60)
 
 
-def test_dead_worker_raises_naming_it(cfg):
-    pool = EnvPool(cfg, 2, timeout=60)
-    worker = pool._workers[1]
-    os.kill(worker.process.pid, signal.SIGKILL)
-    worker.process.join(10)
-    with pytest.raises(RuntimeError, match=r"env worker 'alfworld-1' \(pid \d+\) died"):
+def test_dead_worker_is_replaced_and_its_episodes_end(cfg):
+    # Envs 0 and 2 live on worker 0, env 1 on worker 1 (round-robin).
+    with EnvPool(cfg, NUM_ENVS, timeout=60) as pool:
+        pool.reset([("train", 0), ("train", 1), ("train", 2)])
+        dead = pool._workers[0].process
+        os.kill(dead.pid, signal.SIGKILL)
+        dead.join(10)
+        with pytest.warns(RuntimeWarning, match=r"env worker 'alfworld-0' \(pid \d+\) died.*replaced it"):
+            states = pool.step(["look", "look", None])  # env 2 idle this turn: its episode is lost too
+        assert states[0].done and not states[0].valid and "WorkerFault" in states[0].info["error"]
+        assert states[1].valid and not states[1].done and "error" not in states[1].info  # worker 1 unaffected
+        assert pool.restarts == 1 and pool._workers[0].process.pid != dead.pid
+        (_, _, lost) = pool.step([None, None, "look"])  # never reset on the new worker: ends too
+        assert lost.done and "RuntimeError" in lost.info["error"]
+        again = pool.reset([("train", 0), None, None])[0]  # training goes on: the new worker plays
+        assert again == pool.reset([("train", 0), None, None])[0] and again.observation.startswith("-= Welcome")
+
+
+def test_worker_dying_in_reset_is_replaced_and_the_reset_retried(cfg):
+    with EnvPool(cfg, 2, timeout=60) as pool:
+        expected = pool.reset([("train", 0), ("train", 1)])
+        os.kill(pool._workers[1].process.pid, signal.SIGKILL)
+        pool._workers[1].process.join(10)
+        with pytest.warns(RuntimeWarning, match="died"):
+            assert pool.reset([("train", 0), ("train", 1)]) == expected
+        os.kill(pool._workers[0].process.pid, signal.SIGKILL)
+        pool._workers[0].process.join(10)
+        with pytest.warns(RuntimeWarning), pytest.raises(WorkerFault, match="'alfworld-0'.*need a reset"):
+            pool.expert_actions()  # the episode it needs is gone
+        assert pool.restarts == 2 and pool.reset([("train", 0), ("train", 1)]) == expected
+
+
+def test_hung_worker_times_out_and_is_replaced(cfg):
+    quick = dataclasses.replace(cfg, step_timeout=1.0)
+    with EnvPool(quick, 2, timeout=60) as pool:
         pool.reset([("train", 0), ("train", 1)])
-    with pytest.raises(RuntimeError, match="unusable"):
-        pool.step(["look", "look"])
-    pool.close()
-
-
-def test_hung_worker_times_out(cfg):
-    pool = EnvPool(cfg, 2, timeout=1.0)
-    worker = pool._workers[0]
-    os.kill(worker.process.pid, signal.SIGSTOP)  # alive but never answers
-    with pytest.raises(RuntimeError, match="did not answer within 1 s"):
-        pool.expert_actions()
-    worker.process.join(10)
-    assert not worker.process.is_alive()
-    pool.close()
+        hung = pool._workers[0].process
+        os.kill(hung.pid, signal.SIGSTOP)  # alive but never answers
+        with pytest.warns(RuntimeWarning, match="did not answer within 1 s"):
+            states = pool.step(["look", "look"])
+        assert states[0].done and "did not answer within 1 s" in states[0].info["error"]
+        assert states[1].valid and "error" not in states[1].info
+        hung.join(10)
+        assert not hung.is_alive() and pool._workers[0].process.is_alive()
 
 
 def test_shutdown_leaves_no_workers(cfg):

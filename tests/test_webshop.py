@@ -1,4 +1,4 @@
-"""The WebShop environment: reward arithmetic, page text, actions, determinism, expert."""
+"""The WebShop environment: catalog, page text, actions, determinism, expert (reward: test_webshop_reward.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rapidfuzz import fuzz
 
 from rspo.config import ConfigError, EnvConfig, WebshopConfig, load_config
 from rspo.envs import make_env
-from rspo.envs.webshop import SEP, RealWebshopEnv, WebshopEnv, parse_action
-from rspo.envs.webshop_catalog import PRICE_RANGE, generate_catalog, make_goal
-from rspo.envs.webshop_reward import get_reward, normalize_color, type_reward
+from rspo.envs.webshop import SEP, RealWebshopEnv, Session, WebshopEnv, parse_action, render
+from rspo.envs.webshop_catalog import PRICE_RANGE, generate_catalog, make_goal, product_reviews
+from rspo.envs.webshop_reward import fuzzy_match, normalize_color
 from rspo.envs.webshop_taxonomy import PRODUCT_TYPES
 
 CFG = WebshopConfig(num_products=2000, num_goals=600, num_test_goals=100)
@@ -28,88 +27,6 @@ CFG = WebshopConfig(num_products=2000, num_goals=600, num_test_goals=100)
 @pytest.fixture(scope="module")
 def env() -> WebshopEnv:
     return WebshopEnv(CFG)
-
-
-def product(**kw):
-    """A hand-written product: a lipstick with two attributes and two options."""
-    base = dict(
-        title="Velora Matte Lipstick",
-        bullets=["Smooth finish."],
-        description="A lipstick for every day.",
-        query="lipstick",
-        product_category="Beauty & Personal Care › Makeup › Lips › Lipstick",
-        nouns=("velora", "lipstick"),
-        attributes=("long lasting", "cruelty free"),
-        price=15.0,
-    )
-    return SimpleNamespace(**{**base, **kw})
-
-
-def goal(**kw):
-    base = dict(
-        query="lipstick",
-        product_category="Beauty & Personal Care › Makeup › Lips › Lipstick",
-        nouns=("velora", "lipstick"),
-        attributes=("long lasting", "cruelty free"),
-        options={"color": "wine red", "size": "x-large"},
-        price_upper=20.0,
-    )
-    return SimpleNamespace(**{**base, **kw})
-
-
-# ---- reward: hand-computed cases ----------------------------------------------------------
-# score = r_type * (n_attr + n_option + [price <= upper]) / (n_goal_attrs + n_goal_options + 1)
-# The goal above has 2 attributes + 2 options + 1 price term: the denominator is 5.
-
-
-def test_perfect_purchase_scores_one():
-    score, info = get_reward(product(), goal(), {"color": "wine red", "size": "x-large"})
-    assert info["r_type"] == 1.0  # same query
-    assert score == 1.0  # 1 * (2 + 2 + 1) / 5
-
-
-def test_wrong_and_missing_options():
-    assert get_reward(product(), goal(), {"color": "black", "size": "x-large"})[0] == pytest.approx(0.8)  # (2+1+1)/5
-    assert get_reward(product(), goal(), {})[0] == pytest.approx(0.6)  # (2+0+1)/5: nothing selected
-
-
-def test_colour_normalisation_and_exact_sizes():
-    # 'dark red' and 'wine red' both normalise to 'red': a match -> (2+2+1)/5
-    assert get_reward(product(), goal(), {"color": "dark red", "size": "x-large"})[0] == 1.0
-    # 'xx-large' fuzzy-matches 'x-large' (ratio 93 > 85) but sizes match exactly only -> (2+1+1)/5
-    assert fuzz.token_set_ratio("xx-large", "x-large") > 85
-    assert get_reward(product(), goal(), {"color": "wine red", "size": "xx-large"})[0] == pytest.approx(0.8)
-    assert normalize_color("Charcoal Gray") == "grey" and normalize_color("xx-large") == "xx-large"
-
-
-def test_attribute_found_in_text_or_missing():
-    in_text = product(attributes=("long lasting",), description="Cruelty free and vegan.")
-    assert get_reward(in_text, goal(), {"color": "wine red", "size": "x-large"})[0] == 1.0  # found in description
-    missing = product(attributes=("long lasting",))
-    assert get_reward(missing, goal(), {"color": "wine red", "size": "x-large"})[0] == pytest.approx(0.8)  # (1+2+1)/5
-
-
-def test_over_price():
-    score, info = get_reward(product(price=25.0), goal(), {"color": "wine red", "size": "x-large"})
-    assert not info["r_price"] and score == pytest.approx(0.8)  # (2+2+0)/5
-
-
-def test_wrong_type_r_type_levels():
-    five = ("velora", "matte", "lipstick", "stick", "set")
-    other = dict(query="eyeliner", product_category="Beauty & Personal Care › Eyes › Eyeliner")
-    # 1 of the goal's 5 nouns (0.2, not > 0.2), another query, 1 shared path level -> 0.5
-    info = type_reward(product(nouns=("velora", "pencil"), **other), goal(nouns=five))
-    assert (info["title_score"], info["r_type"]) == (0.2, 0.5)
-    # score = 0.5 * (2 + 2 + 1) / 5 = 0.5
-    assert get_reward(product(nouns=("velora", "pencil"), **other), goal(nouns=five), goal().options)[0] == 0.5
-    # 1 of 11 nouns (0.09 < 0.1) -> 0.1
-    eleven = five + ("a", "b", "c", "d", "e", "f")
-    assert type_reward(product(nouns=("velora",), **other), goal(nouns=eleven))["r_type"] == 0.1
-    # no shared noun -> 0, whatever else matches: score 0
-    assert get_reward(product(nouns=("kohl", "pencil")), goal(), goal().options)[0] == 0.0
-    # same 1-of-5 nouns but >= 2 shared category levels -> the type counts as matched (1.0)
-    near = dict(query="lip gloss", product_category="Beauty & Personal Care › Makeup › Lip Gloss")
-    assert type_reward(product(nouns=("velora", "gloss"), **near), goal(nouns=five))["r_type"] == 1.0
 
 
 # ---- catalog and goals -------------------------------------------------------------------
@@ -136,25 +53,23 @@ def test_catalog_fields_and_prices():
 
 
 def test_pools_do_not_fuzzy_match_each_other():
-    """Distinct attributes / option values of a type must not count as each other."""
+    """Distinct attributes / option values of a type must not count as each other (WebShop
+    matches every option value against every goal value, whatever the option's name)."""
     for t in PRODUCT_TYPES:
         for a, b in itertools.combinations(t.attributes, 2):
-            assert fuzz.token_set_ratio(a, b) <= 85, (t.name, a, b)
+            assert not fuzzy_match(a, b), (t.name, a, b)
         values = [normalize_color(v) for _, pool in t.options for v in pool]
         assert len(set(values)) == len(values), t.name
         for a, b in itertools.combinations(values, 2):
-            sizes = {v for name, pool in t.options if name == "size" for v in pool}
-            if not (a in sizes and b in sizes):  # sizes are compared exactly
-                assert fuzz.token_set_ratio(a, b) <= 85, (t.name, a, b)
+            assert not fuzzy_match(a, b), (t.name, a, b)
 
 
-def test_products_text_does_not_leak_options_or_foreign_attributes():
+def test_products_text_does_not_name_foreign_attributes():
     pools = {}
     for t in PRODUCT_TYPES:
         pools.setdefault(t.category, set()).update(t.attributes)
     for p in generate_catalog(2000, 0):
         text = " ".join([p.title, *p.bullets, p.description]).lower()
-        assert all(normalize_color(v) not in text for vs in p.options.values() for v in vs), p.asin
         assert all(a in p.attributes or a not in text for a in pools[p.category]), p.asin
 
 
@@ -210,6 +125,7 @@ def test_page_texts(env):
         " [SEP] Reviews [SEP] Buy Now"
     )
     sub_head = f"Instruction: [SEP] {g.instruction_text} [SEP] Back to Search [SEP] < Prev [SEP] "
+    assert first.description and first.bullets  # generated products have both
     assert env.step("click[description]").observation == sub_head + first.description
     assert env.step("click[< prev]").observation.endswith("Buy Now")
     assert env.step("click[features]").observation == sub_head + " [SEP] ".join(first.bullets)
@@ -217,19 +133,51 @@ def test_page_texts(env):
     assert env.step("click[reviews]").observation.startswith(sub_head)
     env.step("click[< prev]")
     s = env.step("click[buy now]")
-    assert s.done and s.observation.startswith("Thank you for shopping with us! [SEP] Your score")
-    assert s.observation.endswith(f"[SEP] {s.score}") and s.admissible == []
+    assert s.done and s.observation == (
+        "Thank you for shopping with us! [SEP] Your code: [SEP] None [SEP] (Paste it in your MTurk interface.)"
+        f" [SEP] Your score (min 0.0, max 1.0) [SEP] {s.score}"
+    )
+    assert s.admissible == []
 
 
-def test_last_results_page_and_empty_search(env):
+def test_empty_sub_pages_show_nothing(env):
+    """As in WebShop's templates: no placeholder text for an empty description, features or reviews."""
+    p = env.shop.products[0]
+    head = "Instruction: [SEP] goal [SEP] Back to Search [SEP] < Prev"
+    bare = replace(p, description="", bullets=())
+    shop = replace(env.shop, products=[bare, *env.shop.products[1:]])
+    for page in ("description", "features"):
+        assert render(shop, Session(page=page, item=0), "goal") == head
+    without_reviews = next(q for q in env.shop.products if not product_reviews(q))
+    assert render(env.shop, Session(page="reviews", item=without_reviews.index), "goal") == head
+
+
+def test_next_is_on_every_results_page(env):
+    """WebShop's results template always shows 'Next >'; past the last page the listing is empty."""
     env.reset("test", 0)
     s = env.step(f"search[{env.goal.query}]")
-    for _ in range(4):
+    assert len(env.session.results) == 50
+    for _ in range(5):
         s = env.step("click[next >]")
-    assert "Page 5" in s.observation and "Next >" not in s.observation and "click[next >]" not in s.admissible
+        assert s.valid
+    assert s.observation.endswith("Page 6 (Total results: 50) [SEP] < Prev [SEP] Next >")
+    assert s.admissible == ["click[back to search]", "click[< prev]", "click[next >]"]
     env.step("click[back to search]")
     s = env.step("search[zzzz qqqq]")
-    assert s.valid and "(Total results: 0)" in s.observation and s.admissible == ["click[back to search]"]
+    assert s.valid and s.observation.endswith("(Total results: 0) [SEP] Next >")
+    assert s.admissible == ["click[back to search]", "click[next >]"]
+
+
+def test_search_works_on_every_page(env):
+    """WebShop's text env runs a search from any page; the admissible list offers it where
+    the page has a search bar (the start page) only."""
+    env.reset("test", 0)
+    env.step(f"search[{env.goal.query}]")
+    env.step(env.expert_action())  # open an item
+    env.step("click[description]")
+    s = env.step("search[running shoes]")
+    assert s.valid and env.session.page == "results" and env.session.item is None and env.session.options == {}
+    assert "search[...]" not in s.admissible and s.observation.count("Page 1 (Total results:") == 1
 
 
 # ---- actions, episode end, rewards ----------------------------------------------------------
@@ -237,26 +185,31 @@ def test_last_results_page_and_empty_search(env):
 
 def test_invalid_actions_are_no_ops(env):
     s0 = env.reset("test", 1)
-    for bad in ["click[buy now]", "search[]", "search[   ]", "click[", "buy", "", "click[search]", None, 42]:
+    bad_actions = ["click[buy now]", "search[]", "click[", "buy", "", "click[search]", None, 42]
+    bad_actions += ["Search[lipstick]", " search[lipstick]", "search [lipstick]", "search[a [b]]"]
+    for bad in bad_actions:
         s = env.step(bad)
         assert not s.valid and s.observation == s0.observation and s.outcome == 0 and s.process == 0
     s = env.step("search[lipstick]")
     assert s.valid
-    for bad in ["search[lipstick]", "click[b0xxxxxxxx]", "click[buy now]", "click[description]", "x" * 10_000]:
+    for bad in ["click[b0xxxxxxxx]", "click[buy now]", "click[description]", "click[ next >]", "x" * 10_000]:
         s2 = env.step(bad)
         assert not s2.valid and s2.observation == s.observation
     assert not env.step("click[< prev]").valid  # page 1 has no '< Prev'
-    for query in ["x" * 10_000, "ünïcødé 👟 \x00 [ ]", "the a of"]:  # long, odd or stop-word-only queries
+    for query in ["x" * 10_000, "ünïcødé 👟 \x00 ( )", "the a of", "   "]:  # long, odd, stop words, spaces
         env.reset("test", 1)
         s = env.step(f"search[{query}]")
         assert s.valid and "Page 1 (Total results:" in s.observation
 
 
-def test_parse_action():
-    assert parse_action("click[Buy Now]") == ("click", "buy now")
-    assert parse_action(" Search[Red Shoes] ") == ("search", "red shoes")
-    assert parse_action("search[a [b] c]") == ("search", "a [b] c")
-    assert parse_action("click[x] trailing") is None and parse_action(b"click[x]") is None
+def test_parse_action_is_webshops():
+    r"""re.match(r"(.+)\[(.+)\]"): a greedy prefix match; the name must be exactly search / click."""
+    assert parse_action("click[Buy Now]") == ("click", "buy now")  # the argument is lower-cased
+    assert parse_action("search[  red shoes ]") == ("search", "  red shoes ")  # not stripped
+    assert parse_action("click[x] trailing") == ("click", "x")  # a prefix match
+    assert parse_action("search[a [b] c]") is None  # greedy: the name is 'search[a '
+    assert parse_action(" Search[Red Shoes] ") is None and parse_action("CLICK[x]") is None
+    assert parse_action("search[]") is None and parse_action(b"click[x]") is None
 
 
 def test_step_cap_and_steps_after_done(env):

@@ -12,6 +12,7 @@ run never leaves a half-written checkpoint that `train.resume=auto` would pick u
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -62,19 +63,51 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def check_output_dir(output_dir: str | Path, resume: str) -> None:
+    """Before a run builds anything: `train.output_dir` must be writable, and must not hold
+    another run's checkpoints or results unless `train.resume` continues it."""
+    out = Path(output_dir)
+    if not resume and (latest(out) is not None or (out / "eval_summary.json").exists()):
+        raise FileExistsError(
+            f"train.output_dir={out} already holds a run; set train.resume=auto to continue it,"
+            " or choose another train.output_dir"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write_test_{os.getpid()}"  # one per process: ranks check at once
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise OSError(f"train.output_dir={out} is not writable: {e.strerror or e}") from None
+
+
 def save(output_dir: str | Path, step: int, policy, trainer_state: dict, config_yaml: str) -> Path:
-    """Write checkpoint `step` atomically (temp dir + rename); returns its path."""
+    """Write checkpoint `step` atomically (temp dir + rename); returns its path. A failed
+    write (a full disk) removes its temp dir and leaves the earlier checkpoints as they were."""
     root = checkpoint_dir(output_dir)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp_{PREFIX}{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    policy.save(tmp / "policy")
-    torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
-    (tmp / "config.yaml").write_text(config_yaml)
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    try:
+        tmp.mkdir(parents=True)
+        policy.save(tmp / "policy")
+        torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
+        (tmp / "config.yaml").write_text(config_yaml)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = latest(output_dir)
+        raise OSError(
+            f"checkpoint of step {step} not written ({e.strerror or e}); "
+            + (f"the latest complete one, {kept}, is intact" if kept else "no earlier checkpoint")
+        ) from None
+    if final.exists():  # rewriting a step: rename, never delete in place (a half-deleted dir would look complete)
+        old = root / f".old_{PREFIX}{step:06d}"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
     return final
 
 

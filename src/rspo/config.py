@@ -48,6 +48,8 @@ class LoraConfig:
     r: int = 8
     alpha: int = 16
     dropout: float = 0.0
+    # module names (the default: every linear layer of a Llama / Qwen2 block), or [all-linear]:
+    # every linear layer but the LM head, in any architecture (peft's shorthand)
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
@@ -107,6 +109,7 @@ class WebshopConfig:
 class EnvConfig:
     name: str = "alfworld"
     num_workers: int = 2  # worker processes stepping envs; 0 = in-process
+    step_timeout: float = 60.0  # seconds a worker may take to step its envs; a hung worker is replaced
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebshopConfig = field(default_factory=WebshopConfig)
 
@@ -186,6 +189,7 @@ class TrainConfig:
     minibatches: int = 1  # optimizer steps per epoch
     micro_batch: int = 16  # sequences per forward/backward (gradient accumulation within a minibatch)
     max_grad_norm: float = 1.0
+    max_skipped_updates: int = 10  # stop after more than this many updates in a row skipped for NaN/inf
     seed: int = 0
     output_dir: str = "runs/default"
     save_every: int = 10
@@ -198,7 +202,8 @@ class EvalConfig:
     splits: list[str] = field(default_factory=lambda: ["eval_in_distribution", "eval_out_of_distribution"])
     num_tasks: int = 20  # tasks per split
     temperature: float = 0.0  # 0 = greedy
-    batch_size: int = 32  # tasks played at once; fixed, so runs with other pool sizes sample alike
+    batch_size: int = 32  # trajectories played at once; fixed, so runs with other pool sizes sample alike
+    samples_per_task: int = 1  # k > 1: play each task k times; a task's success is its fraction of wins
     explorer: bool = False  # also evaluate the RSPO explorer
 
 
@@ -248,6 +253,7 @@ POSITIVE = {
     "train.micro_batch",
     "eval.num_tasks",
     "eval.batch_size",
+    "eval.samples_per_task",
     "sft.batch_size",
     "env.alfworld.max_receptacles",
 }
@@ -344,6 +350,10 @@ def _validate(cfg: Config) -> None:
     for key in POSITIVE:
         if _get(flat, key) < 1:
             raise ConfigError(f"{key}: must be >= 1, got {_get(flat, key)!r}")
+    if not cfg.env.step_timeout > 0:  # also catches nan
+        raise ConfigError(f"env.step_timeout: must be > 0 seconds, got {cfg.env.step_timeout!r}")
+    if cfg.train.max_skipped_updates < 0:
+        raise ConfigError(f"train.max_skipped_updates: must be >= 0, got {cfg.train.max_skipped_updates!r}")
     if cfg.reward.mode == "rspo" and cfg.rspo.explorer_rollouts < 1:
         raise ConfigError(
             f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}"

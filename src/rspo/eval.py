@@ -1,9 +1,10 @@
 """Evaluation on held-out splits: success rate and score, overall and per task type.
 
 Greedy decoding with `eval.temperature=0`, else sampling with a fixed seed (every eval of
-a run samples alike, so before/after differ only by the weights; tasks are played
-`eval.batch_size` at a time whatever the env pool's size, so runs whose pools differ —
-RSPO's is larger — sample alike too); one trajectory per task;
+a run samples alike, so before/after differ only by the weights; `eval.batch_size`
+trajectories are played at a time whatever the env pool's size, so runs whose pools
+differ — RSPO's is larger — sample alike too); `eval.samples_per_task` trajectories per
+task (k > 1 averages out sampling noise: a task's `won` is then its fraction of wins);
 `eval.num_tasks` tasks of each split in `eval.splits`, evenly spaced through the split
 (deterministic), spread over ranks.
 """
@@ -52,29 +53,46 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[d
     for split in cfg.eval.splits:
         tasks = [(split, i) for i in eval_tasks(cfg.eval.num_tasks, pool.num_tasks(split))][rank::world]
         mine = []
-        chunk = min(cfg.eval.batch_size, pool.num_envs)  # not the pool's size: arms sample alike
+        k = cfg.eval.samples_per_task
+        chunk = max(1, min(cfg.eval.batch_size, pool.num_envs) // k)  # tasks at once, not the pool's size
         for start in range(0, len(tasks), chunk):
             ro = collect(
                 policy,
                 pool,
                 cfg.env.name,
                 tasks[start : start + chunk],
-                [Plan(adapter, 1, TARGET)],
+                [Plan(adapter, k, TARGET)],
                 cfg.rollout,
                 temperature=cfg.eval.temperature,
                 max_turns=max_turns,
                 progress=cfg.log.progress,
                 desc=f"eval {split}",
             )
-            mine += [
-                {"split": split, "task_index": t.task_index, "task_type": t.task_type, "won": bool(t.won),
-                 "score": t.score, "progress": t.process, "turns": t.turns, "invalid": t.invalid}
-                for t in ro.trajectories
-            ]  # fmt: skip
+            mine += _per_task(split, ro.trajectories, k)
         if gather is not None and world > 1:
             mine = gather(mine)
         records += sorted(mine, key=lambda r: r["task_index"])
     return records
+
+
+def _per_task(split: str, trajectories: list, k: int) -> list[dict]:
+    """One record per task from its k trajectories (consecutive in a rollout): means of
+    won/score/progress (`won` stays a bool when k = 1), sums of turns and invalid actions."""
+    out = []
+    for i in range(0, len(trajectories), k):
+        ts = trajectories[i : i + k]
+        won = sum(bool(t.won) for t in ts) / k
+        out.append({"split": split, "task_index": ts[0].task_index, "task_type": ts[0].task_type,
+                    "won": bool(won) if k == 1 else won, "score": sum(t.score for t in ts) / k,
+                    "progress": sum(t.process for t in ts) / k, "turns": sum(t.turns for t in ts),
+                    "invalid": sum(t.invalid for t in ts)})  # fmt: skip
+    return out
+
+
+def eval_pool_size(cfg: Config) -> int:
+    """Envs that eval needs at once: `eval.batch_size` trajectories, at least one task's k."""
+    k = cfg.eval.samples_per_task
+    return max(k, min(cfg.eval.num_tasks * k, cfg.eval.batch_size))
 
 
 def eval_tasks(k: int, n: int) -> list[int]:
@@ -171,7 +189,7 @@ def evaluate_command(cfg: Config, checkpoint: str = "") -> dict[str, float]:
     if cfg.sft.episodes > 0 and not cfg.model.init_from:  # the base model as `train.setup` chose it
         cfg.model.init_from = str(warm_start_dir(cfg))
     adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
-    with EnvPool(cfg.env, min(cfg.eval.num_tasks, cfg.eval.batch_size)) as pool:
+    with EnvPool(cfg.env, eval_pool_size(cfg)) as pool:
         policy = build_policy(cfg.model, model_corpus(cfg, pool), adapters=adapters)
         policy.load(path / "policy")
         results = evaluate(policy, pool, cfg)

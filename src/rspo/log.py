@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 
@@ -41,13 +40,6 @@ class Logger:
     def close(self) -> None:
         if self.writer:
             self.writer.close()
-
-
-def finite_or_raise(metrics: dict[str, float], where: str) -> None:
-    """Stop a run whose loss went NaN/inf before it writes a poisoned checkpoint."""
-    bad = {k: v for k, v in metrics.items() if isinstance(v, float) and not math.isfinite(v)}
-    if bad:
-        raise FloatingPointError(f"non-finite metrics in {where}: {bad}; last good checkpoint is kept")
 
 
 def format_transcript(traj) -> str:

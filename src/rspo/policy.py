@@ -46,6 +46,14 @@ from rspo.models import Corpus, load_base
 POLICIES = ("target", "explorer")
 CRITIC = "critic"  # the target's critic; the explorer's is "explorer_critic"
 VALUE_HEAD_FILE = "value_head.safetensors"
+# Wrappers that shard weights: every forward pass becomes a collective that all ranks must
+# run alike, which rollouts (a rank-dependent number of generate calls) do not.
+SHARDED_ENGINES = ("FSDPModule", "FullyShardedDataParallel", "DeepSpeedEngine")
+SHARDED_ENGINES_UNSUPPORTED = (
+    "FSDP / DeepSpeed are not supported by rspo's trainer yet: with sharded weights every rank must run "
+    "the same forward passes, but each rank's rollouts run their own number of generate calls. "
+    "Use DDP (accelerate launch --config_file configs/accelerate/ddp.yaml); see the README, 'GPU and multi-GPU'"
+)
 
 
 def critic_name(policy: str) -> str:
@@ -109,11 +117,8 @@ class Policy:
         self.critics = [critic_name(n) for n in self.names] if critic else []
         self.active = "target"
         self._in_reference = False
-        if cfg.gradient_checkpointing:  # non-reentrant: works with a frozen base (no input grads needed)
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.gradient_checkpointing:
+            enable_checkpointing(model, lora=self.lora)
         heads = {c: _value_head(model.config.hidden_size, model.device) for c in self.critics}
         if self.lora:
             self._setup_lora(cfg, model, heads)
@@ -245,6 +250,20 @@ class Policy:
             params = [p for p in net.lm.parameters() if p.requires_grad]
         return params + (list(net.value_heads[name].parameters()) if name in self.critics else [])
 
+    def parameters(self) -> list[nn.Parameter]:
+        """Every parameter held (all policies, critics and the reference), each once."""
+        modules = [*self._raw.values(), *([self._ref_model] if self._ref_model is not None else [])]
+        return list({id(p): p for m in modules for p in m.parameters()}.values())
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters of every policy and critic that an optimizer trains, each once."""
+        return list({id(p): p for name in self._all_names() for p in self.parameters_of(name)}.values())
+
+    @property
+    def model_config(self):
+        """The base model's Hugging Face config (sizes for `rspo.memory`)."""
+        return self._raw["target"].lm.config
+
     @torch.no_grad()
     def copy_weights(self, src: str, dst: str) -> None:
         """Copy policy `src`'s trainable weights into `dst` in place (optimizer state is kept)."""
@@ -257,11 +276,16 @@ class Policy:
             self._raw[dst].lm.load_state_dict(self._raw[src].lm.state_dict())
 
     def wrap(self, prepare: Callable[[nn.Module], nn.Module]) -> None:
-        """Replace each trainable module by `prepare(module)` (e.g. `accelerator.prepare`)."""
+        """Replace each trainable module by `prepare(module)` (e.g. `accelerator.prepare`).
+
+        Refuses weight-sharding wrappers (FSDP, DeepSpeed): see `SHARDED_ENGINES`.
+        """
         wrapped: dict[int, nn.Module] = {}
         for name, net in self._raw.items():
             wrapped.setdefault(id(net), prepare(net))
             self.nets[name] = wrapped[id(net)]
+            if any(cls.__name__ in SHARDED_ENGINES for cls in type(self.nets[name]).__mro__):
+                raise NotImplementedError(SHARDED_ENGINES_UNSUPPORTED)
 
     def to(self, device: torch.device | str) -> Policy:
         for net in {id(n): n for n in self._raw.values()}.values():
@@ -378,9 +402,35 @@ def build_policy(
     return policy
 
 
+def enable_checkpointing(model: PreTrainedModel, lora: bool) -> None:
+    """Activation (gradient) checkpointing: each decoder layer keeps only its input and
+    recomputes the rest in the backward pass.
+
+    Non-reentrant (`torch.utils.checkpoint`'s recommended mode). With LoRA the base is
+    frozen, so the embeddings' output does not require grad; the input-grad hook
+    (`enable_input_require_grads`) makes it, so that a reentrant checkpoint, or any other
+    wrapper that only backpropagates through inputs requiring grad, still reaches the
+    adapters. transformers >= 5.2x calls it `activation_checkpointing_enable`; older
+    versions, `gradient_checkpointing_enable`.
+    """
+    kw = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    if lora:  # newer transformers add the hook themselves: remove it first, to add it once
+        with contextlib.suppress(AttributeError):  # older ones fail when there is none
+            model.disable_input_require_grads()
+        model.enable_input_require_grads()
+
+
 def _lora_config(cfg: ModelConfig) -> peft.LoraConfig:
+    """`model.lora.*` as a peft config; target_modules `[all-linear]` is peft's shorthand for
+    every linear layer but the LM head."""
     lc = cfg.lora
-    kw = {"lora_alpha": lc.alpha, "lora_dropout": lc.dropout, "target_modules": list(lc.target_modules)}
+    targets = list(lc.target_modules)
+    target_modules = "all-linear" if targets == ["all-linear"] else targets
+    kw = {"lora_alpha": lc.alpha, "lora_dropout": lc.dropout, "target_modules": target_modules}
     return peft.LoraConfig(r=lc.r, task_type="CAUSAL_LM", **kw)
 
 

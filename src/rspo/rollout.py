@@ -8,7 +8,9 @@ every task with the same env seed; the trajectories of one task form one group. 
      similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
      chunks of 8), stopping at `</action>` or eos;
   3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
-  4. the parsed actions go to the env pool, which steps all envs in parallel.
+  4. the parsed actions go to the env pool, which steps all envs in parallel. An env that
+     fails (raises, hangs or its worker dies) ends its trajectory as failed, with the
+     reason in `Trajectory.fault`.
 Each turn becomes one row of a `TurnBatch` (per-turn samples, as GiGPO does).
 """
 
@@ -55,6 +57,7 @@ class Trajectory:
     process: float = 0.0  # sum of process rewards
     turns: int = 0
     invalid: int = 0
+    fault: str = ""  # why its env failed (it then ends as failed; `rspo.envs.pool`), "" if it did not
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, response) per turn
 
 
@@ -272,6 +275,7 @@ def _advance(slot: _Slot, row: dict, state: EnvState, action: str, history_lengt
     if state.done:
         slot.done = True
         t.won, t.score = state.won, state.score
+        t.fault = state.info.get("error", "")
 
 
 def _assemble(rows: list[dict], slots: list[_Slot], pad_id: int) -> TurnBatch:

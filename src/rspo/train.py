@@ -24,8 +24,8 @@ from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS
 from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, dump
-from rspo.eval import evaluate_tasks, metrics_of, paired_differences, summary_table
-from rspo.log import Logger, finite_or_raise, format_transcript, write_json
+from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
+from rspo.log import Logger, format_transcript, write_json
 from rspo.rewards.buffer import ReplayBuffer, resume_state
 from rspo.rewards.modes import learner_data
 from rspo.rollout import Plan, collect
@@ -62,6 +62,7 @@ class Run:
 
 def setup(cfg: Config) -> Run:
     from rspo.envs.pool import EnvPool
+    from rspo.memory import estimate_for
     from rspo.policy import build_policy
     from rspo.sft import model_corpus
 
@@ -72,7 +73,7 @@ def setup(cfg: Config) -> Run:
         cfg.model.init_from = str(warm_start(cfg, acc))
     rspo = cfg.reward.mode == "rspo"
     per_task = cfg.rollout.group_size + (cfg.rspo.explorer_rollouts if rspo else 0)
-    pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, min(cfg.eval.num_tasks, cfg.eval.batch_size)))
+    pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * per_task, eval_pool_size(cfg)))
     policy = build_policy(
         cfg.model,
         model_corpus(cfg, pool),
@@ -81,6 +82,7 @@ def setup(cfg: Config) -> Run:
         reference=cfg.algo.kl_coef > 0,
         device=acc.device,
     )
+    acc.print(estimate_for(cfg, policy).report())
     policy.wrap(acc.prepare)
     learners = {"target": make_learner(acc, policy, cfg, "target", cfg.train.lr)}
     if rspo:
@@ -133,8 +135,11 @@ def rl_step(run: Run) -> dict[str, float]:
         progress=cfg.log.progress,
     )
     batch, metrics = ro.batch, rollout_metrics(ro, cfg)
-    run.env_steps += int(sum(gather_object([int(ro.timing["env_steps"])])))
+    faults = sum(bool(t.fault) for t in ro.trajectories)  # trajectories whose env failed (ended as failed)
+    counts = gather_object([(int(ro.timing["env_steps"]), faults)])  # every rank's (env steps, faults)
+    run.env_steps += sum(steps for steps, _ in counts)
     metrics["rollout/env_steps_total"] = float(run.env_steps)
+    metrics["rollout/env_faults"] = float(sum(f for _, f in counts))
     if run.buffer is not None:
         batch = add_replay(
             batch, run.buffer, tasks, cfg.rspo.replay_per_task, run.step, run.policy.tokenizer.pad_token_id
@@ -247,6 +252,7 @@ def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
 
 def train(cfg: Config) -> dict:
     """Train with RL. Returns {"before": eval, "after": eval, "history": per-step metrics}."""
+    checkpoint.check_output_dir(cfg.train.output_dir, cfg.train.resume)
     run = setup(cfg)
     try:
         resume(run)
@@ -254,8 +260,7 @@ def train(cfg: Config) -> dict:
             run.before = run_eval(run)
         history = []
         while run.step < cfg.train.steps:
-            metrics = rl_step(run)
-            finite_or_raise(metrics, f"step {run.step}")
+            metrics = rl_step(run)  # NaN/inf updates are skipped, too many in a row raise (rspo.update)
             history.append(metrics)
             run.logger.scalars(metrics, run.step)
             run.logger.console(run.step + 1, cfg.train.steps, metrics, CONSOLE_KEYS)

@@ -12,6 +12,14 @@ to 0 the tokens' advantages do not, and the loss pushes down the sampled tokens 
 (measured here: a per-turn advantage mean of -0.1 in every step, and a tiny model's
 success falling 0.28 -> 0.11 in 20 steps). `trajectory_mean` weighs each token by 1 / its
 trajectory's token count, so every trajectory counts once, as its advantage does.
+
+Numerical faults. An *update* is one minibatch's optimizer step (and its critic's). It is
+skipped — gradients dropped, weights, optimizer and scheduler state bitwise unchanged —
+when the learner's rewards, advantages or critic returns hold a NaN/inf (then every update
+of this learner in this iteration is), or the minibatch's loss or gradient norm is one.
+Every rank takes the same decision (`optimizer_step`), at one host sync per update.
+`train/skipped_updates` counts them; more than `train.max_skipped_updates` in a row stop
+the run with a FloatingPointError, before the next checkpoint.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class Learner:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     critic: str | None = None  # the critic's name in the policy (PPO)
     critic_optimizer: torch.optim.Optimizer | None = None
+    skipped_in_a_row: int = 0  # updates skipped for NaN/inf since the last one applied
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
@@ -111,24 +120,29 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     t_adv = time.perf_counter() - t_adv
     offpolicy = data.offpolicy[data.rows]
     weights = row_weights(view, a.loss_agg)
+    # CPU tensors: no device sync. A NaN/inf here skips every update below, on every rank.
+    bad_inputs = not all(bool(t.isfinite().all()) for t in (data.reward[data.rows], adv, returns) if t is not None)
     sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    skipped = 0
     bar = tqdm(
         total=cfg.train.epochs * minibatches, desc=f"update {learner.name}", disable=not cfg.log.progress, leave=False
     )
     for _ in range(cfg.train.epochs):
         for mb in torch.randperm(len(view)).tensor_split(minibatches):
-            for k, v in policy_step(
-                acc, policy, learner, view.select(mb), adv[mb], offpolicy[mb], weights[mb], cfg
-            ).items():
-                sums[k] = sums.get(k, 0.0) + v
+            x = view.select(mb)
+            results = [policy_step(acc, policy, learner, x, adv[mb], offpolicy[mb], weights[mb], cfg, bad_inputs)]
             if learner.critic:
-                loss = critic_step(acc, policy, learner, view.select(mb), values[mb], returns[mb], cfg)
-                sums["loss/value"] = sums.get("loss/value", 0.0) + loss
+                results.append(critic_step(acc, policy, learner, x, values[mb], returns[mb], cfg, bad_inputs))
+            for m in results:
+                for k, v in (m or {}).items():
+                    sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
+            skipped += count_skip(learner, None in results, cfg.train.max_skipped_updates)
             bar.update(1)
     bar.close()
-    steps = cfg.train.epochs * minibatches
-    metrics = {k: v / steps for k, v in sums.items()}
+    metrics = {k: v / counts[k] for k, v in sums.items()}  # averages over the updates applied
     metrics |= {
+        "train/skipped_updates": float(skipped),
         "adv/mean": adv.mean().item(),
         "adv/abs_mean": adv.abs().mean().item(),
         "reward/turn_mean": data.reward[data.rows].mean().item(),
@@ -151,7 +165,7 @@ def row_weights(batch: TurnBatch, loss_agg: str) -> Tensor:
 def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, weight: Tensor, cfg):
     """Weighted token-mean loss of one micro-batch (`weight` (n,): each row's token weight):
     clipped policy loss (off-policy rows corrected), + kl_coef * KL to the reference,
-    - entropy_coef * entropy. Returns (loss, metrics)."""
+    - entropy_coef * entropy. Returns (loss, metrics as detached 0-dim tensors)."""
     a, r = cfg.algo, cfg.rspo
     R = x.response_mask.shape[1]
     mask = x.response_mask * weight.to(x.response_mask)[:, None]  # (n, R)
@@ -174,43 +188,82 @@ def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, 
             ref, _ = policy.logprobs(x.input_ids, x.attention_mask, R)
         kl = low_var_kl(logp, ref, mask)
         loss = loss + a.kl_coef * kl
-        m["loss/kl"] = kl.item()
+        m["loss/kl"] = kl.detach()
     if entropy is not None:
         ent = masked_mean(entropy, mask)
         loss = loss - a.entropy_coef * ent
-        m["loss/entropy"] = ent.item()
+        m["loss/entropy"] = ent.detach()
     return loss, m
 
 
-def policy_step(acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, rw: Tensor, cfg):
+def count_skip(learner: Learner, skipped: bool, limit: int) -> int:
+    """Track `learner`'s run of skipped updates; raise once it is longer than `limit`."""
+    learner.skipped_in_a_row = learner.skipped_in_a_row + 1 if skipped else 0
+    if learner.skipped_in_a_row > limit:
+        raise FloatingPointError(
+            f"{learner.name}: {learner.skipped_in_a_row} updates in a row skipped for NaN/inf in the rewards, "
+            f"advantages, loss or gradients (more than train.max_skipped_updates={limit}); stopping. "
+            "Weights and the last checkpoint are untouched; check the rewards, or lower train.lr"
+        )
+    return int(skipped)
+
+
+def optimizer_step(
+    acc, optimizer: torch.optim.Optimizer, params, max_norm: float, skip: bool, terms: Tensor
+) -> list[float] | None:
+    """Clip and apply the accumulated gradients; returns [grad norm, *terms] as Python
+    numbers, or None when skipped. `terms` (k,): the minibatch's loss terms, on the device.
+
+    Skipped when any rank saw a NaN/inf (`skip`: in its inputs; or in its `terms`) or the
+    norm is one (it is the all-reduced gradients' norm, the same on every rank): the
+    gradients are dropped and neither weights nor optimizer state change. The flags, the
+    norm and the terms reach the host together: the minibatch's one host sync.
+    """
+    norm = torch.as_tensor(acc.clip_grad_norm_(params, max_norm), dtype=torch.float32, device=acc.device)
+    terms = terms.detach().float().to(acc.device).reshape(-1)
+    bad = (~terms.isfinite()).any().float().reshape(1) + float(skip)
+    flags = acc.reduce(bad, reduction="sum")  # bad ranks (a no-op on one process)
+    bad_ranks, *host = torch.cat([flags, norm.reshape(1), terms]).tolist()
+    if bad_ranks or not math.isfinite(host[0]):
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return host
+
+
+def policy_step(
+    acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, rw: Tensor, cfg, skip: bool = False
+) -> dict[str, float] | None:
     """One optimizer step on one minibatch (accumulated over micro-batches); `rw` (n,) are
-    the rows' token weights (`row_weights`). Returns metrics."""
+    the rows' token weights (`row_weights`); `skip`: the inputs hold a NaN/inf. Returns
+    metrics, or None when the step was skipped (see `optimizer_step`)."""
     token_weight = mb.response_mask.sum(1) * rw  # (n,) each row's share before normalizing
     total = token_weight.sum().clamp(min=1e-12)
-    metrics: dict[str, float] = {}
+    sums: dict[str, Tensor] = {}  # loss terms, weighted sums on the device
     for rows, sync in accumulate(acc, policy.nets[learner.name], len(mb), cfg.train.micro_batch):
         x = mb.select(rows).trim().to(policy.device)
-        weight = token_weight[rows].sum() / total  # this micro-batch's share of the minibatch's mean
+        share = float(token_weight[rows].sum() / total)  # its share of the minibatch's mean (CPU: no sync)
         with sync:
             loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], rw[rows], cfg)
-            acc.backward(loss * weight)
+            acc.backward(loss * share)
         for k, v in m.items():
-            metrics[k] = metrics.get(k, 0.0) + float(v) * weight.item()
-    params = policy.parameters_of(learner.name)
-    metrics["loss/grad_norm"] = float(acc.clip_grad_norm_(params, cfg.train.max_grad_norm))
-    if not math.isfinite(metrics["loss/grad_norm"]):  # never let a NaN/inf reach the weights
-        learner.optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(f"non-finite gradient for {learner.name} ({metrics}); weights left untouched")
-    learner.optimizer.step()
+            sums[k] = sums.get(k, 0.0) + v * share  # stays on the device
+    params, terms = policy.parameters_of(learner.name), torch.stack(list(sums.values()))
+    host = optimizer_step(acc, learner.optimizer, params, cfg.train.max_grad_norm, skip, terms)
+    if host is None:
+        return None
     learner.scheduler.step()
-    learner.optimizer.zero_grad(set_to_none=True)
-    metrics["train/lr"] = learner.scheduler.get_last_lr()[0]
-    return metrics
+    grad_norm, *values = host
+    return dict(zip(sums, values)) | {"loss/grad_norm": grad_norm, "train/lr": learner.scheduler.get_last_lr()[0]}
 
 
-def critic_step(acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor, returns: Tensor, cfg) -> float:
-    """One critic optimizer step on one minibatch. Returns the value loss."""
-    total = 0.0
+def critic_step(
+    acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor, returns: Tensor, cfg, skip: bool = False
+) -> dict[str, float] | None:
+    """One critic optimizer step on one minibatch. Returns {"loss/value": ...}, or None
+    when the step was skipped (`skip`, or a NaN/inf: see `optimizer_step`)."""
+    total = torch.zeros((), device=policy.device)
     for rows, sync in accumulate(acc, policy.nets[learner.critic], len(mb), cfg.train.micro_batch):
         x = mb.select(rows).trim().to(policy.device)
         with sync:
@@ -219,11 +272,10 @@ def critic_step(acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor
                 v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip
             )
             acc.backward(loss * len(rows) / len(mb))
-        total += loss.item() * len(rows) / len(mb)
-    acc.clip_grad_norm_(policy.parameters_of(learner.critic), cfg.train.max_grad_norm)
-    learner.critic_optimizer.step()
-    learner.critic_optimizer.zero_grad(set_to_none=True)
-    return total
+        total = total + loss.detach() * len(rows) / len(mb)
+    params = policy.parameters_of(learner.critic)
+    host = optimizer_step(acc, learner.critic_optimizer, params, cfg.train.max_grad_norm, skip, total)
+    return None if host is None else {"loss/value": host[1]}
 
 
 def add_replay(batch: TurnBatch, buffer, tasks: list[tuple[str, int]], k: int, version: int, pad_id: int):

@@ -80,7 +80,7 @@ def policy_loss(
     offpolicy_clip: float = 2.0,
     shaping_gamma: float = 0.1,
     denom: float | Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy loss, token-mean over the batch -> (loss scalar, metrics).
 
     logprobs, old_logprobs, mask: (N, R); advantages: (N,).
@@ -89,6 +89,8 @@ def policy_loss(
       those rows `old_logprobs` must hold the *behavior* log-probs recorded at sampling
       (`TurnBatch.behavior_logprobs`). On-policy rows are unchanged by the flag.
     denom: token count to divide by (default: mask.sum() of this call); see `masked_mean`.
+    The metrics are detached 0-dim tensors on the loss's device: no host sync here (the
+    update converts them once per minibatch).
     """
     if dual_clip and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be 0 (off) or > 1, got {dual_clip}")
@@ -122,17 +124,17 @@ def policy_loss(
     loss = masked_mean(loss_tok, mask, denom=denom)
     with torch.no_grad():
         metrics = {
-            "loss/policy": loss.item(),
-            "policy/clip_frac": masked_mean((pg_clipped > pg_unclipped).float(), on_mask).item(),
-            "policy/approx_kl": masked_mean(-log_ratio, on_mask).item(),  # E[logp_old - logp], as verl's ppo_kl
-            "policy/ratio_mean": masked_mean(ratio, on_mask).item(),
+            "loss/policy": loss.detach(),
+            "policy/clip_frac": masked_mean((pg_clipped > pg_unclipped).float(), on_mask),
+            "policy/approx_kl": masked_mean(-log_ratio, on_mask),  # E[logp_old - logp], as verl's ppo_kl
+            "policy/ratio_mean": masked_mean(ratio, on_mask),
         }
         if dual_clip:
-            metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), on_mask).item()
+            metrics["policy/dual_clip_frac"] = masked_mean(dual_active.float(), on_mask)
         if offpolicy is not None:
             # on off-policy rows `ratio` is pi_theta / pi_behavior
-            metrics["offpolicy/token_frac"] = (off_mask.sum() / mask.sum().clamp(min=1)).item()
-            metrics["offpolicy/weight_mean"] = masked_mean(weight, off_mask).item()
-            metrics["offpolicy/ratio_mean"] = masked_mean(ratio, off_mask).item()
-            metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy_clip).float(), off_mask).item()
+            metrics["offpolicy/token_frac"] = off_mask.sum() / mask.sum().clamp(min=1)
+            metrics["offpolicy/weight_mean"] = masked_mean(weight, off_mask)
+            metrics["offpolicy/ratio_mean"] = masked_mean(ratio, off_mask)
+            metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy_clip).float(), off_mask)
     return loss, metrics

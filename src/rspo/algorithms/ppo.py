@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from rspo.segment import discounted_cumsum, weights
+from rspo.segment import Segments, discounted_cumsum, segment_mean_std, weights
 
 if TYPE_CHECKING:
     from rspo.algorithms import Turns
@@ -81,19 +81,21 @@ def whiten(x: Tensor, mask: Tensor | None = None, eps: float = 1e-8) -> Tensor:
     """(x - mean) / (std + eps) over the batch (or the rows where `mask`), unbiased std.
 
     Optional advantage whitening for PPO (`algo.whiten_advantages`); rows outside the mask
-    are returned as they are.
+    are returned as they are. Equal values give exactly 0 (the two-pass mean of
+    `segment_mean_std`; a one-pass mean misses them by an ulp, which / (0 + eps) blows up).
     """
-    sel = x if mask is None else x[mask]
-    if sel.numel() < 2:
-        return x - sel.mean() if sel.numel() else x
-    out = (x - sel.mean()) / (sel.std() + eps)
+    if not x.numel():
+        return x
+    batch = Segments(torch.zeros(x.shape, dtype=torch.long, device=x.device), 1, block=x.numel())  # one segment
+    dev, std, _ = segment_mean_std(x, batch, mask)  # dev: x - mean on the mask, 0 off it
+    out = batch.flat(dev) / (std + eps)
     return out if mask is None else torch.where(mask, out, x)
 
 
 def value_loss(
     values: Tensor, old_values: Tensor, returns: Tensor, clip: float, mask: Tensor | None = None
-) -> tuple[Tensor, dict[str, float]]:
-    """Clipped value loss over turns (N,) -> (loss scalar, metrics).
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss over turns (N,) -> (loss scalar, metrics as detached 0-dim tensors).
 
         V_clip = V_old + clamp(V - V_old, -clip, clip)
         loss   = 0.5 * mean_t max((V - R)^2, (V_clip - R)^2)
@@ -114,9 +116,9 @@ def value_loss(
     loss = 0.5 * (per_row * w).sum() / n
     with torch.no_grad():
         metrics = {
-            "critic/value_loss": loss.item(),
-            "critic/clip_frac": ((clipped * w).sum() / n).item(),
-            "critic/value_mean": ((values * w).sum() / n).item(),
-            "critic/return_mean": ((returns * w).sum() / n).item(),
+            "critic/value_loss": loss.detach(),
+            "critic/clip_frac": ((clipped * w).sum() / n),
+            "critic/value_mean": ((values * w).sum() / n),
+            "critic/return_mean": ((returns * w).sum() / n),
         }
     return loss, metrics

@@ -9,11 +9,20 @@ deterministic per task, so results do not depend on the number of workers either
 
 Failure modes, all explicit:
   - an exception inside an environment's `step` (e.g. an engine failure) becomes that
-    env's state with `done=True, valid=False, info={"error": ...}`: training goes on;
+    env's state with `done=True, valid=False, info={"error": ...}` (an *env fault*: the
+    rollout ends that trajectory as failed and counts it): training goes on;
   - an exception in `reset`, `expert_actions` or while building the envs is raised in the
     caller (same type, the worker's traceback chained as its cause);
-  - a worker that dies or does not answer within `timeout` seconds raises a RuntimeError
-    naming the worker; the pool is then unusable (`close` it).
+  - a worker that dies (e.g. SIGKILL) or does not answer in time (`cfg.step_timeout`
+    seconds for a step, `timeout` for anything else; a hung worker is killed) is replaced
+    by a fresh one (a RuntimeWarning names it; `restarts` counts them). Its envs lose their
+    episodes: the step it failed in gives every env it was stepping an error state as
+    above, a later step of one of its other envs raises in the new worker (never reset)
+    and so gives one too; a reset it failed in is run again on the new worker; any other
+    command raises a `WorkerFault` naming it. A worker that dies while starting up, or a
+    replacement that cannot start, raises, and the pool is then unusable (`close` it).
+In-process mode (`num_workers: 0`) turns exceptions into error states the same way, but
+cannot survive a hang or a crash: use worker processes for that.
 Workers are daemon processes started with "spawn" (torch may be loaded in the parent);
 they ignore Ctrl-C (the parent decides), exit when the parent's end of their pipe
 closes, and are stopped by `close()`, the context manager, garbage collection or
@@ -27,6 +36,7 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
+import warnings
 import weakref
 from typing import Any
 
@@ -119,6 +129,10 @@ def _send(conn, reply: tuple) -> None:
         conn.send(("raise", RuntimeError(f"cannot send the env worker's answer: {e!r}"), traceback.format_exc()))
 
 
+class WorkerFault(RuntimeError):
+    """A worker process died or did not answer in time; its envs' episodes are lost."""
+
+
 class RemoteTraceback(Exception):
     """Carries a worker's traceback text as the cause of a re-raised exception."""
 
@@ -141,7 +155,7 @@ class LocalWorker:
     def send(self, command: str, payload: Any) -> None:
         self.reply = self.group.run(command, payload)
 
-    def recv(self) -> tuple:
+    def recv(self, timeout: float) -> tuple:  # in-process: nothing to wait for
         return self.reply
 
     def stop(self) -> None:
@@ -151,9 +165,9 @@ class LocalWorker:
 class ProcessWorker:
     """A worker process behind a pipe; every wait on it has a timeout."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, name: str, timeout: float) -> None:
+    def __init__(self, cfg: EnvConfig, num_envs: int, name: str) -> None:
         ctx = mp.get_context("spawn")
-        self.name, self.timeout = name, timeout
+        self.cfg, self.num_envs, self.name = cfg, num_envs, name
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, cfg, num_envs), name=name, daemon=True)
         self.process.start()
@@ -165,22 +179,22 @@ class ProcessWorker:
         except (OSError, EOFError) as e:
             self.process.join(1.0)
             if not self.process.is_alive():
-                raise RuntimeError(f"{self.describe()} died (exit code {self.process.exitcode})") from None
-            raise RuntimeError(f"{self.describe()} is unreachable ({e})") from None
+                raise WorkerFault(f"{self.describe()} died (exit code {self.process.exitcode})") from None
+            raise WorkerFault(f"{self.describe()} is unreachable ({e})") from None
 
-    def recv(self) -> tuple:
-        deadline = time.monotonic() + self.timeout
+    def recv(self, timeout: float) -> tuple:
+        deadline = time.monotonic() + timeout
         while not self.conn.poll(0.1):
             if not self.process.is_alive():
-                raise RuntimeError(f"{self.describe()} died (exit code {self.process.exitcode})")
+                raise WorkerFault(f"{self.describe()} died (exit code {self.process.exitcode})")
             if time.monotonic() > deadline:
                 self.process.kill()
-                raise RuntimeError(f"{self.describe()} did not answer within {self.timeout:.0f} s; stopped it")
+                raise WorkerFault(f"{self.describe()} did not answer within {timeout:g} s; stopped it")
         try:
             return self.conn.recv()
         except (EOFError, OSError):
             self.process.join(1.0)
-            raise RuntimeError(f"{self.describe()} died (exit code {self.process.exitcode})") from None
+            raise WorkerFault(f"{self.describe()} died (exit code {self.process.exitcode})") from None
 
     def describe(self) -> str:
         return f"env worker {self.name!r} (pid {self.process.pid})"
@@ -206,14 +220,19 @@ def _stop_all(workers: list) -> None:
 
 
 class EnvPool:
-    """`num_envs` environments over `cfg.num_workers` processes (0 = in-process)."""
+    """`num_envs` environments over `cfg.num_workers` processes (0 = in-process).
+
+    `timeout`: seconds a worker may take to build its envs or answer anything but a step
+    (a step has `cfg.step_timeout`).
+    """
 
     def __init__(self, cfg: EnvConfig, num_envs: int, timeout: float = 300.0) -> None:
         if num_envs < 1:
             raise ValueError(f"EnvPool: num_envs must be >= 1, got {num_envs}")
         if cfg.num_workers < 0:
             raise ValueError(f"env.num_workers must be >= 0, got {cfg.num_workers}")
-        self.num_envs = num_envs
+        self.num_envs, self.timeout, self.step_timeout = num_envs, timeout, cfg.step_timeout
+        self.restarts = 0  # workers replaced after dying or hanging
         num_workers = min(cfg.num_workers, num_envs)
         groups = max(num_workers, 1)
         sizes = [num_envs // groups + (w < num_envs % groups) for w in range(groups)]
@@ -229,7 +248,7 @@ class EnvPool:
             return
         try:
             for w, size in enumerate(sizes):
-                self._workers.append(ProcessWorker(cfg, size, f"{cfg.name}-{w}", timeout))
+                self._workers.append(ProcessWorker(cfg, size, f"{cfg.name}-{w}"))
             self._call({w: None for w in range(num_workers)}, command=None)  # wait until every worker built its envs
         except BaseException:
             self.close()
@@ -297,17 +316,48 @@ class EnvPool:
         return out
 
     def _call(self, payloads: dict[int, Any], command: str | None) -> dict[int, Any]:
-        """Run `command` on the given workers at once (None: collect their start-up replies)."""
+        """Run `command` on the given workers at once (None: collect their start-up replies).
+        A worker that dies or hangs is replaced (`_recover`); the others' answers stand."""
         if not self._finalizer.alive:
             raise RuntimeError("EnvPool is closed")
         if self._broken:
             raise RuntimeError(f"EnvPool is unusable after an earlier failure: {self._broken}")
+        timeout = self.step_timeout if command == "step" else self.timeout
+        replies: dict[int, tuple] = {}
+        faults: dict[int, WorkerFault] = {}
         try:
-            if command is not None:
-                for w, payload in payloads.items():
-                    self._workers[w].send(command, payload)
-            replies = {w: self._workers[w].recv() for w in payloads}
-        except BaseException as e:  # a dead/hung worker or Ctrl-C: pipes may hold stale answers
+            for w, payload in payloads.items():
+                if command is not None:
+                    try:
+                        self._workers[w].send(command, payload)
+                    except WorkerFault as e:
+                        faults[w] = e
+            for w in payloads:
+                if w not in faults:
+                    try:
+                        replies[w] = self._workers[w].recv(timeout)
+                    except WorkerFault as e:
+                        faults[w] = e
+            for w, fault in faults.items():
+                replies[w] = self._recover(w, command, payloads[w], fault)
+        except BaseException as e:  # Ctrl-C, or a worker that cannot start: pipes may hold stale answers
             self._broken = f"{type(e).__name__}: {e}"
             raise
-        return {w: _unwrap(reply) for w, reply in replies.items()}
+        return {w: _unwrap(replies[w]) for w in payloads}
+
+    def _recover(self, w: int, command: str | None, payload: Any, fault: WorkerFault) -> tuple:
+        """Replace worker `w` after `fault`; returns the reply its call gets instead."""
+        if command is None:  # it died while building its envs: a replacement would too
+            raise fault
+        old = self._workers[w]
+        old.stop()
+        self._workers[w] = new = ProcessWorker(old.cfg, old.num_envs, old.name)
+        _unwrap(new.recv(self.timeout))  # its envs are built (raises, leaving the pool unusable, if not)
+        self.restarts += 1
+        warnings.warn(f"{fault}; replaced it by pid {new.process.pid}", RuntimeWarning, stacklevel=5)
+        if command == "step":  # the episodes are lost: each env it was stepping ends in an error state
+            return "ok", [error_state(fault, None) for _ in payload]
+        if command == "reset":  # nothing was lost yet: run the reset again on fresh envs
+            new.send(command, payload)
+            return new.recv(self.timeout)
+        return "raise", WorkerFault(f"{fault}; replaced it, so its envs need a reset"), ""

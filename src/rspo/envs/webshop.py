@@ -1,6 +1,7 @@
-"""WebShop (text mode) over a generated catalog, behind the `TextEnv` interface.
+r"""WebShop (text mode) over a generated catalog, behind the `TextEnv` interface.
 
-Pages, text and actions follow the real WebShop's text mode (see docs/ENVS.md):
+Pages, text and actions follow the real WebShop's text mode (see docs/ENVS.md), with the
+templates whose text ENVS.md quotes (`Page 1 (Total results: N)`, `< Prev` on sub-pages):
 
     start    WebShop [SEP] Instruction: [SEP] <goal> [SEP] Search
     results  Instruction: [SEP] <goal> [SEP] Back to Search [SEP] Page 1 (Total results: N)
@@ -9,12 +10,22 @@ Pages, text and actions follow the real WebShop's text mode (see docs/ENVS.md):
              [SEP] <value> ... [SEP] <Title> [SEP] Price: <price> [SEP] Rating: <r>
              [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now
     sub-page Instruction: [SEP] <goal> [SEP] Back to Search [SEP] < Prev [SEP] <text> ...
-    done     Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] <score>
+    done     Thank you for shopping with us! [SEP] Your code: [SEP] None [SEP] (Paste it in
+             your MTurk interface.) [SEP] Your score (min 0.0, max 1.0) [SEP] <score>
 
-`search[query]` works on the start page only; `click[x]` when lowercased x is a clickable
-of the current page; anything else is a no-op (valid=False, reward 0). Only `buy now`
-ends an episode early; `max_steps` steps (valid or not) end it too. As in WebShop the
-item page does not show which options are selected.
+As in those templates, `Next >` is on every results page (past the last one the listing
+is empty), `< Prev` from page 2 on; an empty description, feature list or review list
+shows nothing; the done page shows what a browser shows (the template's hidden debug
+block of purchased/target fields is left out; the MTurk code is `None` in WebShop too).
+
+Actions, as WebShop's text env reads them: `re.match(r"(.+)\[(.+)\]")` on the raw action
+(a prefix match, greedy: `click[x] more` is `click[x]`, `search[a [b]]` is not a
+search), the name exactly `search` or `click` (case and spaces count), the argument
+lower-cased. `search[...]` works on every page, as in WebShop's `step` (the admissible
+list offers it on the start page only, where the page has a search bar); `click[x]` when
+x is a clickable of the current page; anything else is a no-op (valid=False, reward 0).
+Only `buy now` ends an episode early; `max_steps` steps (valid or not) end it too. As in
+WebShop the item page does not show which options are selected.
 
 Rewards. outcome: on the purchase step, the score (`outcome=score`) or 1 when the score
 is 1 (`outcome=success`). process: a potential difference Φ(s') − Φ(s), where
@@ -23,6 +34,17 @@ an item page or its Description/Features/Reviews sub-pages (the item stays in th
 session there), and 0 on the start and results pages. The terminal state's Φ is the
 episode's score (0 when the step cap ends it unbought), so the process rewards of an
 episode always sum to its final score.
+
+Known departures from the original (`benchmarks/webshop_agreement.py` measures the reward's):
+- reward: see `webshop_reward` (title nouns by construction instead of spaCy; goal option
+  values instead of WebShop's `(name, value)` pairs for dict goals; rapidfuzz's ratio for
+  thefuzz 0.19's difflib one; no Latin-1 stripping);
+- pages: one [SEP] per visible text element of the template (no empty segments for the
+  whitespace between tags); the done page without its hidden debug block; later template
+  versions (`Page 1 (1-10) of N total results`, `< Back to Item Page`, `No Description`)
+  are not followed;
+- the catalog, search engine (BM25 over `search_text`, not pyserini) and goals are rspo's
+  own (`webshop_catalog`).
 
 With `env.webshop.backend=real`, `rspo.envs.make_env` builds a `RealWebshopEnv` instead,
 which drives princeton-nlp's own `WebAgentTextEnv` (when installed) through the same interface.
@@ -43,7 +65,9 @@ PAGE_SIZE = 10  # results per page
 SUB_PAGES = ("description", "features", "reviews")
 SEARCH_PLACEHOLDER = "search[...]"
 SPLITS = ("train", "test")
-_ACTION = re.compile(r"(search|click)\[(.*)\]", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"(.+)\[(.+)\]")  # WebShop's engine.parse_action, used with re.match
+VERBS = ("search", "click")
+DONE_PAGE = ("Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)")
 
 
 @dataclass
@@ -61,11 +85,9 @@ class Session:
 
 
 def parse_action(action: object) -> tuple[str, str] | None:
-    """'click[Buy Now]' -> ('click', 'buy now'); None when it is not an action."""
-    if not isinstance(action, str):
-        return None
-    m = _ACTION.fullmatch(action.strip())
-    return (m.group(1).lower(), m.group(2).strip().lower()) if m else None
+    """'click[Buy Now]' -> ('click', 'buy now'); None when it is not a search or a click."""
+    m = _ACTION.match(action) if isinstance(action, str) else None
+    return (m.group(1), m.group(2).lower()) if m and m.group(1) in VERBS else None
 
 
 # ---- pages ------------------------------------------------------------------------------
@@ -76,11 +98,11 @@ def render(shop: Shop, s: Session, instruction: str, score: float = 0.0) -> str:
     if s.page == "start":
         return SEP.join(["WebShop", "Instruction:", instruction, "Search"])
     if s.page == "done":
-        return SEP.join(["Thank you for shopping with us!", "Your score (min 0.0, max 1.0)", str(score)])
+        return SEP.join([*DONE_PAGE, "Your score (min 0.0, max 1.0)", str(score)])
     head = ["Instruction:", instruction, "Back to Search"]
     if s.page == "results":
         head.append(f"Page {s.page_no} (Total results: {len(s.results)})")
-        head += ["< Prev"] * (s.page_no > 1) + ["Next >"] * (s.page_no * PAGE_SIZE < len(s.results))
+        head += ["< Prev"] * (s.page_no > 1) + ["Next >"]
         for i in s.listed():
             p = shop.products[i]
             head += [p.asin, p.title, p.price_text]
@@ -93,11 +115,11 @@ def render(shop: Shop, s: Session, instruction: str, score: float = 0.0) -> str:
         head += [p.title, f"Price: {p.price_text}", f"Rating: {p.rating}", "Description", "Features", "Reviews"]
         return SEP.join(head + ["Buy Now"])
     if s.page == "description":
-        return SEP.join(head + [p.description or "No Description"])
+        return SEP.join(head + [p.description] * bool(p.description))
     if s.page == "features":
         return SEP.join(head + list(p.bullets))
     reviews = [x for title, stars, body in product_reviews(p) for x in (f'"{title}"', str(stars), body)]
-    return SEP.join(head + (reviews or ["No reviews found"]))
+    return SEP.join(head + reviews)
 
 
 def clickables(shop: Shop, s: Session) -> list[str]:
@@ -105,7 +127,7 @@ def clickables(shop: Shop, s: Session) -> list[str]:
     if s.page in ("start", "done"):
         return []
     if s.page == "results":
-        nav = ["< prev"] * (s.page_no > 1) + ["next >"] * (s.page_no * PAGE_SIZE < len(s.results))
+        nav = ["< prev"] * (s.page_no > 1) + ["next >"]
         return ["back to search", *nav, *(shop.products[i].asin.lower() for i in s.listed())]
     if s.page == "item":
         values = [v for vs in shop.products[s.item].options.values() for v in vs]
@@ -187,18 +209,17 @@ class WebshopEnv(TextEnv):
 
     def _apply(self, verb: str, arg: str) -> bool:
         """Change the session for a well-formed action; False when it is a no-op."""
-        if verb == "search":
-            if self.session.page != "start" or not arg:
-                return False
-            self.session.page, self.session.page_no = "results", 1
-            self.session.results = self.shop.index.search(arg)
+        s = self.session
+        if verb == "search":  # from any page, as in WebShop's text env
+            s.page, s.page_no, s.item, s.options = "results", 1, None, {}
+            s.results = self.shop.index.search(arg)
             return True
-        if arg not in clickables(self.shop, self.session):
+        if arg not in clickables(self.shop, s):
             return False
         if arg == "buy now":
-            self.session.page = "done"
+            s.page = "done"
         else:
-            click(self.shop, self.session, arg)
+            click(self.shop, s, arg)
         return True
 
     def potential(self) -> float:
@@ -250,15 +271,12 @@ def expert_options(product: Product, goal: Goal) -> dict[str, str]:
     """The options the expert selects: per goal option, the goal's value if offered, else a matching one."""
     chosen = {}
     for name, values in product.options.items():
-        if name not in goal.options:
+        want = goal.options.get(name)
+        if want is None:
             continue
-        if goal.options[name] in values:
-            chosen[name] = goal.options[name]
-            continue
-        for v in values:
-            if option_matches(product, list(goal.options.values()), {name: v}):
-                chosen[name] = v
-                break
+        match = want if want in values else next((v for v in values if option_matches([want], [v])), None)
+        if match is not None:
+            chosen[name] = match
     return chosen
 
 
@@ -351,13 +369,8 @@ class RealWebshopEnv(TextEnv):
             return EnvState(**{**vars(self._state), "outcome": 0.0, "process": 0.0, "valid": False})
         self._steps += 1
         parsed, page = parse_action(action), self._env.get_available_actions()
-        valid = (
-            parsed is not None
-            and bool(parsed[1])
-            and (
-                (parsed[0] == "search" and page["has_search_bar"])
-                or (parsed[0] == "click" and parsed[1] in page["clickables"] and parsed[1] != "search")
-            )
+        valid = parsed is not None and (
+            parsed[0] == "search" or (parsed[1] in page["clickables"] and parsed[1] != "search")
         )
         obs, reward, bought = self._env.observation, 0.0, False
         if valid:

@@ -11,10 +11,13 @@ Distractors: about 40 % of products are near-copies of an earlier product that d
 exactly one attribute, one option value or the price, so an agent has to compare results
 and read item pages. A title names one attribute and the description only some; the
 feature bullets name all (WebShop's index sees just the first bullet), so search alone
-cannot tell a match from a near-miss. Text is built so that a product's text never
-contains an option value it offers (WebShop's reward would otherwise credit any choice of
-that option). On the default shop, searching the instruction, buying the first result
-with the goal's options wins about half the test goals; the expert wins all of them.
+cannot tell a match from a near-miss. On the default shop, searching the instruction,
+buying the first result with the goal's options wins about half the test goals; the
+expert wins all of them.
+
+A product's `nouns` are its title's nouns, known by construction (`title_nouns`): WebShop
+gets them from a spaCy parse; `benchmarks/webshop_agreement.py --spacy-model` measures how
+often the two agree.
 
 Goals follow WebShop's synthetic goals: a target product, a subset of its attributes, one
 value per option type, and `price_upper` drawn from the multiples of 10 above its price.
@@ -24,13 +27,13 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 from dataclasses import dataclass
 
 import bm25s
 import numpy as np
 
-from rspo.envs.webshop_reward import normalize_color
-from rspo.envs.webshop_taxonomy import BRANDS, CATEGORY_ROOTS, PRODUCT_TYPES
+from rspo.envs.webshop_taxonomy import BRANDS, CATEGORY_ROOTS, NOT_NOUNS, PRODUCT_TYPES
 
 VARIANT_FRACTION = 0.4  # share of products that are one-change copies of an earlier product
 RANGE_FRACTION = 0.25  # share of products priced as a range
@@ -46,7 +49,7 @@ class Product:
     category: str  # beauty | food | fashion | furniture | electronics
     query: str  # the product type, e.g. 'hair dryer' (WebShop: the scraping query)
     product_category: str  # 'Beauty & Personal Care › Hair Care › Hair Dryers'
-    nouns: tuple[str, ...]  # title nouns for r_type: brand + product-type words
+    nouns: tuple[str, ...]  # the title's nouns, lower-cased (r_type), see `title_nouns`
     attributes: tuple[str, ...]
     options: dict[str, tuple[str, ...]]  # option name -> values, in page order
     pricing: tuple[float, ...]  # (price,) or (low, high)
@@ -131,6 +134,11 @@ def _variant_spec(parent: _Spec, rng: random.Random) -> _Spec:
     return spec
 
 
+def title_nouns(title: str) -> tuple[str, ...]:
+    """The nouns of a generated title, lower-cased: every word but `NOT_NOUNS` (see taxonomy)."""
+    return tuple(w for w in re.findall(r"[a-z0-9]+", title.lower()) if w not in NOT_NOUNS)
+
+
 def _render(index: int, asin: str, spec: _Spec, rng: random.Random) -> Product:
     """Write a product's title, texts and options from its spec."""
     ptype = PRODUCT_TYPES[spec.type_id]
@@ -148,13 +156,7 @@ def _render(index: int, asin: str, spec: _Spec, rng: random.Random) -> Product:
     bullets = tuple(f"{a.upper()}: {rng.choice(ptype.blurbs)}" for a in spec.attributes) + (
         "SATISFACTION GUARANTEE: contact us with any question and we will help.",
     )
-    text = " ".join([title, description, *bullets]).lower()
-    options = {}
-    for name, values in spec.options.items():
-        # a value written in the product's own text would match any goal: leave it out
-        kept = tuple(v for v in values if v not in text and normalize_color(v) not in text)
-        if kept:
-            options[name] = kept
+    options = {name: tuple(values) for name, values in spec.options.items()}
     rating = "N.A." if rng.random() < 0.4 else f"{rng.choice([3.5, 4.0, 4.2, 4.5, 4.7, 5.0])}"
     return Product(
         index=index,
@@ -163,7 +165,7 @@ def _render(index: int, asin: str, spec: _Spec, rng: random.Random) -> Product:
         category=ptype.category,
         query=ptype.name,
         product_category=f"{CATEGORY_ROOTS[ptype.category]} › {ptype.path}",
-        nouns=(*spec.brand.lower().split(), *ptype.name.split()),
+        nouns=title_nouns(title),
         attributes=tuple(spec.attributes),
         options=options,
         pricing=spec.pricing,

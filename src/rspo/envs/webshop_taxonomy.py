@@ -2,9 +2,15 @@
 
 Each type has a category path, a pool of attributes (a product gets 2-4 of them), option
 pools, a price range, title descriptors and filler sentences. Pools are chosen so that no
-two attributes of a type, and no two option values of a pool after colour normalisation,
-fuzzy-match each other (token-set ratio <= 85): a distractor that lacks the goal's
-attribute or colour then really scores lower. `tests/test_webshop.py` checks this.
+two attributes of a type, and no two of its option values (any options) after colour
+normalisation, fuzzy-match each other (rounded token-set ratio <= 85): a distractor that
+lacks the goal's attribute or colour then really scores lower. `tests/test_webshop.py`
+checks this. Matching is WebShop's (see `webshop_reward`): option values are compared fuzzily whatever
+their name, so size pools avoid numbers that share a unit and differ in one digit
+('2 fl oz' / '8 fl oz' score 86) or that contain one another ('large' / 'x-large': 100).
+
+Titles are `<Brand> <Descriptor> <Type>, <Attribute>`, all title-cased. Their nouns (for
+r_type) are known by construction: every title word except `NOT_NOUNS`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,11 @@ class ProductType:
     descriptors: tuple[str, ...]  # adjectives for titles
     blurbs: tuple[str, ...]  # neutral filler sentences for description and bullets
 
+
+# Title words that are not nouns. WebShop's r_type counts the NOUN/PROPN tokens of a spaCy
+# parse of the title; spaCy tags title-cased product names almost entirely PROPN or NOUN
+# (descriptors and attributes included: "Solid Wood"), so every other title word counts.
+NOT_NOUNS = frozenset({"and", "up", "two"})  # 'plug and play', 'lace up', 'two drawer'
 
 CATEGORY_ROOTS = {
     "beauty": "Beauty & Personal Care",
@@ -57,11 +68,11 @@ COLORS = (
     "teal",
     "ivory",
 )
-CLOTHING_SIZES = ("small", "medium", "large", "x-large", "xx-large")
-SHOE_SIZES = ("6", "6.5", "7", "7.5", "8", "8.5", "9", "9.5", "10", "10.5", "11", "12")
-VOLUMES = ("2 fl oz", "8 fl oz", "12 fl oz", "16 fl oz", "33.8 fl oz")
-COUNTS = ("6 count", "12 count", "24 count", "36 count", "48 count")
-WEIGHTS = ("8 ounce", "12 ounce", "16 ounce", "2 pound", "5 pound")
+CLOTHING_SIZES = ("small", "medium", "large", "xl", "xxl")
+SHOE_SIZES = ("6", "7", "8", "9", "10", "11", "12", "13")
+VOLUMES = ("3.4 fl oz", "8 fl oz", "16 fl oz", "32 fl oz")
+COUNTS = ("6 count", "12 count", "30 count", "48 count")
+WEIGHTS = ("8 ounce", "12 ounce", "2 pound")
 SCENTS = ("lavender", "unscented", "eucalyptus", "citrus", "sandalwood", "coconut", "jasmine")
 LENGTHS = ("3 ft", "6 ft", "10 ft", "15 ft")
 
@@ -194,7 +205,7 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
         ["usda organic", "non gmo", "gluten free", "caffeine free", "individually wrapped"],
         [
             ("flavor", ("jasmine", "peppermint", "lemon ginger", "honey", "matcha", "original")),
-            ("size", ("20 count", "50 count", "100 count")),
+            ("size", ("16 count", "40 count", "100 count")),
         ],
         (5, 25),
         ["Premium", "Loose Leaf Style", "Calming"],
@@ -215,7 +226,7 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
         "food",
         "Pantry Staples › Cooking Oils › Olive Oil",
         ["extra virgin", "cold pressed", "usda organic", "non gmo", "glass bottle"],
-        [("size", ("500 ml", "1 liter", "3 liter"))],
+        [("size", ("250 ml", "500 ml", "1 liter"))],
         (8, 40),
         ["Mediterranean", "Estate", "Robust"],
         _FOOD,
@@ -327,7 +338,7 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
         "furniture",
         "Furniture › Kitchen & Dining Room Furniture › Bar Stools",
         ["easy assemble", "metal legs", "swivel seat", "pu leather", "counter height"],
-        [("color", COLORS), ("size", ("24 inch", "26 inch", "30 inch"))],
+        [("color", COLORS), ("size", ("18 inch", "24 inch", "30 inch"))],
         (40, 180),
         ["Modern", "Farmhouse", "Backless"],
         _FURNITURE,
@@ -347,7 +358,7 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
         "furniture",
         "Furniture › Living Room Furniture › TV Stands",
         ["storage space", "easy assemble", "cable management", "engineered wood", "living room"],
-        [("color", COLORS), ("size", ("55 inch", "65 inch", "75 inch"))],
+        [("color", COLORS), ("size", ("43 inch", "55 inch", "70 inch"))],
         (60, 280),
         ["Low Profile", "Farmhouse", "Corner"],
         _FURNITURE,
@@ -408,7 +419,7 @@ PRODUCT_TYPES: tuple[ProductType, ...] = (
         "electronics",
         "Cell Phones & Accessories › Chargers › Portable Power Banks",
         ["fast charging", "led display", "compact design", "high capacity", "wireless charging"],
-        [("color", COLORS), ("size", ("10000mah", "20000mah", "26800mah"))],
+        [("color", COLORS), ("size", ("5000mah", "13400mah", "26800mah"))],
         (18, 80),
         ["Slim", "Rugged", "Magnetic"],
         _ELECTRONICS,

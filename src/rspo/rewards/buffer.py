@@ -11,6 +11,8 @@ with the behavior log-probs recorded at sampling, which the off-policy correctio
 Bounds: at most `size` trajectories (the oldest insertion is dropped first), and none
 older than `version - staleness` (entries with version' < version - staleness are dropped
 on every add/sample). Deterministic: order is insertion order, no randomness.
+A trajectory with a NaN/inf reward or behavior log-prob is never stored: replayed, it
+would make every target update it joins skip (`rspo.update`).
 
 Stored trajectories are one-trajectory `TurnBatch`es on CPU with padding trimmed, marked
 `source = REPLAY`, with `traj_id` and `group_id` reset to 0: the caller assigns ids for
@@ -70,6 +72,8 @@ class ReplayBuffer:
             if int(batch.source[rows[0]]) != EXPLORER or (self.successes_only and not bool(success[k])):
                 continue
             b = batch.select(rows).trim()
+            if not all(bool(t.isfinite().all()) for t in (b.outcome, b.process, b.behavior_logprobs)):
+                continue
             b.source = torch.full_like(b.source, REPLAY)
             b.traj_id = torch.zeros_like(b.traj_id)
             b.group_id = torch.zeros_like(b.group_id)

@@ -1,0 +1,118 @@
+"""Data-parallel scaling on CPU: RL iterations with 1 vs 2 processes, tiny model, one run.
+
+    PYTHONPATH=src python benchmarks/bench_processes.py [--quick] [--steps 3]
+
+Each process plays its own `rollout.num_tasks` tasks and trains on them (DDP over gloo,
+launched with configs/accelerate/ddp.yaml and ACCELERATE_USE_CPU=true, OMP_NUM_THREADS=1
+per process), so 2 processes do twice the work per iteration; the ratio of throughputs
+(trajectories and response tokens per second over all ranks) is the scaling. Ideal: 2.0
+on 2 idle cores. Small WebShop, random tiny model, no warm start; one untimed warm-up
+iteration per run. Prints the load average too: other jobs on the machine lower the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = [
+    "env.name=webshop",
+    "env.num_workers=0",
+    "env.webshop.num_products=300",
+    "env.webshop.num_goals=80",
+    "env.webshop.num_test_goals=20",
+    "model.tiny.hidden_size=64",
+    "model.tiny.num_layers=2",
+    "model.tiny.num_heads=4",
+    "rollout.num_tasks=4",
+    "rollout.group_size=4",
+    "rollout.max_turns=3",
+    "rollout.max_new_tokens=24",
+    "rollout.max_prompt_tokens=512",
+    "train.micro_batch=8",
+    "sft.episodes=0",
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.sample_every=0",
+]
+
+
+def worker(out: str, steps: int) -> None:
+    """Under `accelerate launch` (or alone): time `steps` iterations; rank 0 writes JSON."""
+    from accelerate.utils import gather_object
+
+    from rspo.config import load_config
+    from rspo.train import rl_step, setup
+
+    cfg = load_config(None, [*CONFIG, f"train.output_dir={out}.run"])
+    run = setup(cfg)
+    try:
+        rl_step(run)  # warm-up
+        run.step += 1
+        run.acc.wait_for_everyone()
+        t0, tokens = time.perf_counter(), 0.0
+        for _ in range(steps):
+            m = rl_step(run)
+            run.step += 1
+            tokens += m["perf/tokens_per_s"] * m["perf/time_generate_s"]
+        run.acc.wait_for_everyone()
+        wall = time.perf_counter() - t0
+        per_rank = steps * cfg.rollout.num_tasks * cfg.rollout.group_size
+        counts = gather_object([(per_rank, tokens)])
+        if run.acc.is_main_process:
+            trajectories, all_tokens = sum(c[0] for c in counts), sum(c[1] for c in counts)
+            result = {"processes": run.acc.num_processes, "wall_s": wall, "trajectories": trajectories}
+            result["tokens"] = all_tokens
+            Path(out).write_text(json.dumps(result))
+    finally:
+        run.pool.close()
+
+
+def launch(processes: int, steps: int, tmp: Path) -> dict:
+    out = tmp / f"p{processes}.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'benchmarks'}"}
+    me = [str(Path(__file__).resolve()), "--worker", str(out), "--steps", str(steps)]
+    if processes == 1:
+        cmd = [sys.executable, *me]
+    else:
+        env["ACCELERATE_USE_CPU"] = "true"
+        config = str(ROOT / "configs" / "accelerate" / "ddp.yaml")
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config]
+        cmd = [*launcher, "--num_processes", str(processes), "--main_process_port", "29547", *me]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    result = json.loads(out.read_text())
+    assert result["processes"] == processes, result  # STACK.md: some launches silently start one process
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3, help="timed iterations per run")
+    parser.add_argument("--quick", action="store_true", help="one timed iteration")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    steps = 1 if args.quick else args.steps
+    if args.worker:
+        return worker(args.worker, steps)
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {p: launch(p, steps, Path(tmp)) for p in (1, 2)}
+    for p, r in runs.items():
+        print(
+            f"{p} process(es): {r['trajectories'] / r['wall_s']:6.2f} trajectories/s   "
+            f"{r['tokens'] / r['wall_s']:7.0f} response tokens/s   ({r['wall_s']:.1f} s for {steps} iterations)"
+        )
+    ratio = (runs[2]["trajectories"] / runs[2]["wall_s"]) / (runs[1]["trajectories"] / runs[1]["wall_s"])
+    print(f"2 vs 1 processes: x{ratio:.2f} trajectories/s (ideal x2.00)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
