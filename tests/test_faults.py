@@ -85,7 +85,7 @@ def inject(fault: str, run, monkeypatch):
 
         def micro_loss(*args, **kwargs):
             loss, metrics = real_loss(*args, **kwargs)
-            return loss + NAN, metrics | {"loss/policy": NAN}
+            return loss + NAN, metrics | {"loss/policy": loss.detach() + NAN}
 
         monkeypatch.setattr(rspo.update, "micro_loss", micro_loss)
     else:  # an inf gradient with a finite loss: only the gradient-norm check sees it
@@ -296,7 +296,7 @@ real_loss = rspo.update.micro_loss
 
 def micro_loss(*args, **kwargs):  # a NaN loss with finite gradients, on rank 1 only
     loss, metrics = real_loss(*args, **kwargs)
-    return loss + float("nan"), metrics | {"loss/policy": float("nan")}
+    return loss + float("nan"), metrics | {"loss/policy": loss.detach() + float("nan")}
 
 def checksum():
     return float(sum(p.detach().double().sum() for p in run.policy.parameters_of("target")))
