@@ -6,7 +6,7 @@ CONFIG ?= configs/default.yaml
 # GPU users who installed their own CUDA torch into the venv: `make install TORCH=` keeps it.
 TORCH ?= -r requirements-torch.txt
 
-.PHONY: install train sweep test test-fast lint format bench clean
+.PHONY: install train sweep test test-fast lint format bench soak clean
 
 $(VENV)/.installed: requirements.txt requirements-torch.txt requirements-dev.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,6 +45,13 @@ format: install
 
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+	$(PY) benchmarks/webshop_agreement.py --goals 100
+
+# Every fault rspo claims to survive, injected at random into a small run (README, Reliability).
+ITERATIONS ?= 12
+SEED ?= 0
+soak: install
+	$(PY) benchmarks/soak.py --iterations $(ITERATIONS) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -49,6 +49,7 @@ def main() -> None:
                     "before": before,
                     "after": after,
                     "finite": all(torch.isfinite(torch.tensor(v)) for v in metrics.values()),
+                    "metrics": metrics,
                     "buffer": buffer,
                     "restored": restored,
                     "resumed": resumed,
