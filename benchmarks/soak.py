@@ -17,7 +17,8 @@ not fire it again):
   invalid_output  a response with no valid action (fuzz text)  -> an invalid-action turn
   disk_full       ENOSPC writing a checkpoint's trainer.pt     -> a clear OSError, exit 1; rerun
   kill_in_save    SIGKILL half-way through a checkpoint write  -> rerun resumes from the one before
-  kill            the driver SIGKILLs the trainer at a random time -> rerun resumes from the latest
+  kill            the driver SIGKILLs the trainer at a random time (every attempt until one
+                  is killed, then at random)                    -> rerun resumes from the latest
 
 No hook in rspo: the child is `python -c CHILD`, which monkeypatches rspo functions as
 tests/test_faults.py and tests/test_crash.py do, and starts env workers through
@@ -382,7 +383,7 @@ def run_attempts(out: Path, run_dir: Path, args: list[str], iterations: int, see
     while len(attempts) < max_attempts:
         latest = checkpoint.latest(run_dir)
         kills = sum(a.killed for a in attempts)
-        kill = kills < MAX_KILLS and (rng.random() < KILL_RATE or (not kills and step_of(latest) >= iterations // 2))
+        kill = kills < MAX_KILLS and (rng.random() < KILL_RATE or not kills)  # at least one kill
         # when: after `after` of its iteration lines, a random part of an iteration (or of the
         # start-up) later; counted in iterations, so a load spike does not push it past the end
         after = rng.randrange(max(iterations - step_of(latest), 1)) if kill else -1
