@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a few training processes in a row
 
 SOAK = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
 KINDS = ["env_raise", "env_hang", "env_die", "nan_reward", "nan_advantage", "nan_loss", "inf_gradient",
