@@ -22,26 +22,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = [
-    "env.name=webshop",
-    "env.num_workers=0",
-    "env.webshop.num_products=300",
-    "env.webshop.num_goals=80",
-    "env.webshop.num_test_goals=20",
-    "model.tiny.hidden_size=64",
-    "model.tiny.num_layers=2",
-    "model.tiny.num_heads=4",
-    "rollout.num_tasks=4",
-    "rollout.group_size=4",
-    "rollout.max_turns=3",
-    "rollout.max_new_tokens=24",
-    "rollout.max_prompt_tokens=512",
-    "train.micro_batch=8",
-    "sft.episodes=0",
-    "log.progress=false",
-    "log.tensorboard=false",
-    "log.sample_every=0",
-]
+sys.path.insert(0, str(ROOT / "tests"))
+from support import SMALL  # noqa: E402
+
+CONFIG = [  # the tests' small WebShop, with a 2-layer model and 16 trajectories of 24 tokens a turn
+    *SMALL, "model.tiny.num_layers=2", "model.tiny.num_heads=4", "model.tiny.vocab_size=1024",
+    "rollout.num_tasks=4", "rollout.group_size=4", "rollout.max_new_tokens=24", "rollout.max_prompt_tokens=512",
+    "rollout.micro_batch=32", "train.micro_batch=8", "train.lr=1e-4", "log.sample_every=0",
+]  # fmt: skip
 
 
 def worker(out: str, steps: int) -> None:

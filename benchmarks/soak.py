@@ -3,7 +3,7 @@ injected at random; report faults injected vs survived and whether anything was 
 
     PYTHONPATH=src python benchmarks/soak.py [--iterations 12] [--seed 0] [--out DIR]
 
-The run is `rspo train` on a small WebShop (tests/conftest.py's SMALL with 2 env worker
+The run is `rspo train` on a small WebShop (tests/support.py's SMALL with 2 env worker
 processes, env.step_timeout=3 s, TensorBoard on, a checkpoint every iteration), warm-started
 first by a short SFT (no faults there). It runs as a child process, rerun with
 `train.resume=auto` after every crash until it finishes. The faults come from a plan drawn
@@ -62,18 +62,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = [  # tests/conftest.py's SMALL, with real worker processes and the logs on
-    "env.name=webshop", "env.num_workers=2", "env.step_timeout=3", "env.webshop.num_products=300",
-    "env.webshop.num_goals=80", "env.webshop.num_test_goals=20", "model.tiny.hidden_size=64",
-    "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.vocab_size=600", "rollout.max_new_tokens=40",
-    "rollout.max_prompt_tokens=768", "rollout.num_tasks=2", "rollout.group_size=2", "rollout.max_turns=3",
-    "rollout.micro_batch=3", "eval.splits=test", "eval.num_tasks=2", "sft.episodes=0", "log.progress=false",
-    "log.sample_every=0", "train.micro_batch=4", "train.lr=0.01", "train.minibatches=2", "train.save_every=1",
-    "train.resume=auto",
+sys.path.insert(0, str(ROOT / "tests"))
+from support import POISONS, SMALL, WARM_SFT, poison  # noqa: E402
+
+CONFIG = [  # the tests' small WebShop with real worker processes, the logs on and a checkpoint each step
+    *SMALL, "env.num_workers=2", "env.step_timeout=3", "eval.num_tasks=2", "log.tensorboard=true",
+    "log.sample_every=0", "train.minibatches=2", "train.save_every=1", "train.resume=auto",
 ]  # fmt: skip
-SFT = ["sft.epochs=12", "sft.batch_size=8", "sft.lr=0.005"]  # conftest's warm_model recipe
 ENV_FAULTS = ("env_raise", "env_hang", "env_die")
-NUMERIC_FAULTS = ("nan_reward", "nan_advantage", "nan_loss", "inf_gradient")
+NUMERIC_FAULTS = POISONS
 SAVE_FAULTS = ("disk_full", "kill_in_save")
 KINDS = (*ENV_FAULTS, *NUMERIC_FAULTS, "invalid_output", *SAVE_FAULTS, "kill")
 RATES = {"env": 0.35, "numeric": 0.25, "invalid_output": 0.3, "disk_full": 0.08, "kill_in_save": 0.05}
@@ -208,7 +205,7 @@ class Injector:
         undo = []
         while event := self.take(NUMERIC_FAULTS, step=run.step):
             self.fire(event)
-            undo.append(arm(event["kind"], run))
+            undo.append(poison(event["kind"], run))
         try:
             metrics = self.real["rl_step"](run)
         finally:
@@ -266,40 +263,6 @@ class Injector:
         return path
 
 
-def arm(kind: str, run):
-    """Make this iteration's target update see a NaN/inf (as tests/test_faults.py does); returns the undo."""
-    import rspo.train
-    import rspo.update
-    from rspo.algorithms import ALGORITHMS
-
-    nan, inf = float("nan"), float("inf")
-    if kind == "inf_gradient":
-        return run.policy.parameters_of("target")[0].register_hook(lambda g: g.new_full(g.shape, inf)).remove
-    if kind == "nan_advantage":
-        name = run.cfg.algo.name
-        real_algo = ALGORITHMS[name]
-
-        def advantages(turns, **kwargs):
-            adv, returns = real_algo.advantages(turns, **kwargs)
-            return adv.index_fill(0, adv.new_tensor([0], dtype=int), inf), returns
-
-        ALGORITHMS[name] = real_algo._replace(advantages=advantages)
-        return lambda: ALGORITHMS.__setitem__(name, real_algo)
-    module, name = (rspo.train, "learner_data") if kind == "nan_reward" else (rspo.update, "micro_loss")
-    real = getattr(module, name)
-
-    def poisoned(*args, **kwargs):
-        out = real(*args, **kwargs)
-        if kind == "nan_reward":
-            out["target"].reward[out["target"].rows.nonzero()[0]] = nan
-            return out
-        loss, metrics = out
-        return loss + nan, metrics | {"loss/policy": metrics["loss/policy"] * nan}  # a float or a tensor
-
-    setattr(module, name, poisoned)
-    return lambda: setattr(module, name, real)
-
-
 def child(argv: list[str]) -> None:
     """`python -c CHILD <benchmarks dir> OUT ATTEMPT rspo-args...`"""
     out, attempt, rspo_args = Path(argv[0]), int(argv[1]), argv[2:]
@@ -336,7 +299,7 @@ def warm_start(out: Path, episodes: int) -> list[str]:
         return []
     warm = out / "warm"
     if not (warm / "sft" / "config.json").is_file():
-        args = [*CONFIG, f"sft.episodes={episodes}", *SFT, f"train.output_dir={warm}"]
+        args = [*CONFIG, f"sft.episodes={episodes}", *WARM_SFT, f"train.output_dir={warm}"]
         subprocess.run([sys.executable, "-m", "rspo", "sft", *args], check=True, capture_output=True, env=child_env())
     return [f"model.init_from={warm / 'sft'}"]
 

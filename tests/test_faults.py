@@ -17,9 +17,9 @@ import torch
 from conftest import small_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import NAN, POISONS, poison
 
 import rspo.train
-import rspo.update
 from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS, Turns
 from rspo.algorithms.grpo import NORMS
@@ -27,8 +27,6 @@ from rspo.algorithms.ppo import whiten
 from rspo.batch import EXPLORER
 from rspo.rewards.swap import rspo_group_advantages
 from rspo.train import rl_step, setup
-
-NAN, INF = float("nan"), float("inf")
 
 
 def snapshot(run, name: str) -> dict:
@@ -60,51 +58,16 @@ def optimizer_steps(run, name: str) -> list[float]:
     return [float(s["step"]) for s in run.learners[name].optimizer.state_dict()["state"].values()]
 
 
-def inject(fault: str, run, monkeypatch):
-    """Make the target's next update see a NaN/inf `fault`; returns a function undoing it."""
-    if fault == "reward":  # one turn's reward
-        real_data = rspo.train.learner_data
-
-        def data(*args, **kwargs):
-            out = real_data(*args, **kwargs)
-            out["target"].reward[out["target"].rows.nonzero()[0]] = NAN
-            return out
-
-        monkeypatch.setattr(rspo.train, "learner_data", data)
-    elif fault == "advantage":  # one turn's advantage
-        name = run.cfg.algo.name
-        real_algo = ALGORITHMS[name]
-
-        def advantages(turns, **kwargs):
-            adv, returns = real_algo.advantages(turns, **kwargs)
-            return torch.cat([adv.new_tensor([INF]), adv[1:]]), returns
-
-        monkeypatch.setitem(ALGORITHMS, name, real_algo._replace(advantages=advantages))
-    elif fault == "loss":  # a NaN loss whose gradients are finite: only the loss check sees it
-        real_loss = rspo.update.micro_loss
-
-        def micro_loss(*args, **kwargs):
-            loss, metrics = real_loss(*args, **kwargs)
-            return loss + NAN, metrics | {"loss/policy": loss.detach() + NAN}
-
-        monkeypatch.setattr(rspo.update, "micro_loss", micro_loss)
-    else:  # an inf gradient with a finite loss: only the gradient-norm check sees it
-        param = run.policy.parameters_of("target")[0]
-        handle = param.register_hook(lambda g: torch.full_like(g, INF))
-        return handle.remove
-    return monkeypatch.undo
-
-
-@pytest.mark.parametrize("fault", ["reward", "advantage", "loss", "gradient"])
-def test_a_non_finite_update_is_skipped_and_changes_nothing(warm_model, tmp_path, monkeypatch, fault):
+@pytest.mark.parametrize("fault", POISONS)
+def test_a_non_finite_update_is_skipped_and_changes_nothing(warm_model, tmp_path, fault):
     cfg = small_config(f"model.init_from={warm_model}", f"train.output_dir={tmp_path}")
     torch.manual_seed(0)
-    run = setup(cfg)
+    run, undo = setup(cfg), lambda: None
     try:
         assert rl_step(run)["train/skipped_updates"] == 0  # a normal update: the optimizer now has state
         run.step += 1
         before, steps = snapshot(run, "target"), optimizer_steps(run, "target")
-        undo = inject(fault, run, monkeypatch)
+        undo = poison(fault, run)
         metrics = rl_step(run)
         run.step += 1
         assert metrics["train/skipped_updates"] == 1
@@ -117,6 +80,7 @@ def test_a_non_finite_update_is_skipped_and_changes_nothing(warm_model, tmp_path
         assert run.learners["target"].skipped_in_a_row == 0
         assert optimizer_steps(run, "target") == [s + 1 for s in steps]
     finally:
+        undo()
         run.pool.close()
 
 
@@ -287,22 +251,17 @@ RANK_FAULT_SCRIPT = """
 import json, sys
 from accelerate.utils import gather_object
 from conftest import small_config
-import rspo.update
+from support import poison
 from rspo.train import rl_step, setup
 
 warm, out = sys.argv[1:]
 run = setup(small_config(f"model.init_from={warm}", f"train.output_dir={out}.run"))
-real_loss = rspo.update.micro_loss
-
-def micro_loss(*args, **kwargs):  # a NaN loss with finite gradients, on rank 1 only
-    loss, metrics = real_loss(*args, **kwargs)
-    return loss + float("nan"), metrics | {"loss/policy": loss.detach() + float("nan")}
 
 def checksum():
     return float(sum(p.detach().double().sum() for p in run.policy.parameters_of("target")))
 
-if run.acc.process_index == 1:
-    rspo.update.micro_loss = micro_loss
+if run.acc.process_index == 1:  # a NaN loss with finite gradients, on rank 1 only
+    poison("nan_loss", run)
 before = checksum()
 metrics = rl_step(run)
 rows = gather_object([{"skipped": metrics["train/skipped_updates"], "before": before, "after": checksum()}])
