@@ -15,6 +15,9 @@ Each iteration prints:
                   (N = non-embedding parameters): forward 2N + input-gradient backward 2N
                   + checkpointing's recomputed forward 2N (a frozen base computes no weight
                   gradients, so this is LoRA's count too; attention's L^2 term is left out)
+Iterations alternate between one generate per policy and one mixed-adapter generate for
+both (`rollout.mixed_adapters`), starting per-policy; with >= 3 iterations the ratio of
+their rollout tok/s is printed (iteration 1, the warm-up, left out).
 Exits non-zero on any error or non-finite metric. `--quick` runs one iteration, and on a
 machine without CUDA swaps in the tiny model (`QUICK_CPU`), so `make bench` stays quick.
 """
@@ -104,8 +107,11 @@ def main() -> None:
 
     nets = {id(n): n for n in run.policy._raw.values()}.values()
     hooks = [net.register_forward_pre_hook(count, with_kwargs=True) for net in nets]
+    rollout_tps = {}  # mixed_adapters -> rollout tok/s of its latest iteration after the first (warm-up)
     try:
-        for _ in range(steps):
+        for i in range(steps):
+            # per-policy generate passes, then mixed-adapter ones, alternately (LoRA, several policies)
+            cfg.rollout.mixed_adapters = cfg.model.lora.enabled and cfg.reward.mode == "rspo" and i % 2 == 1
             tokens["update"] = 0
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
@@ -121,8 +127,13 @@ def main() -> None:
             print(
                 f"step {run.step}: rollout {m['perf/tokens_per_s']:8.0f} tok/s   update {update_tps:8.0f} tok/s "
                 f"({tokens['update']} tokens in {t_update:.1f} s)   peak {peak:6.2f} GiB   MFU {mfu:6.1%}   "
-                f"step {m['perf/step_s']:.1f} s (generate {m['perf/time_generate_s']:.1f} s)"
+                f"step {m['perf/step_s']:.1f} s (generate {m['perf/time_generate_s']:.1f} s"
+                f"{', mixed adapters' if cfg.rollout.mixed_adapters else ''})"
             )
+            if i > 0:
+                rollout_tps[cfg.rollout.mixed_adapters] = m["perf/tokens_per_s"]
+        if len(rollout_tps) == 2:
+            print(f"rollout tok/s, mixed-adapter / per-policy generate: x{rollout_tps[True] / rollout_tps[False]:.2f}")
         print(f"estimated peak {estimate.total / GIB:.2f} GiB ({estimate.report()})")
     finally:
         for h in hooks:

@@ -6,8 +6,9 @@
 #   3. bench_gpu_train.py --steps 3         reward.mode=rspo, LoRA (all linear layers), bf16,
 #                                           gradient checkpointing, on a random-init model with
 #                                           Qwen2.5-1.5B's sizes and the offline tokenizer; prints
-#                                           rollout tok/s, update tok/s, peak memory, MFU, and the
-#                                           memory estimate
+#                                           rollout tok/s, update tok/s, peak memory, MFU, the
+#                                           memory estimate, and mixed-adapter vs per-policy
+#                                           generate (rollout tok/s ratio, iterations 2 vs 3)
 # Any error, failed test, missed ratio or non-finite metric stops it with a non-zero exit
 # and a line starting "GPU CHECK FAILED".
 #

@@ -60,6 +60,7 @@ def test_shipped_configs_load(path):
         ("reward.mode=rspo rspo.explorer_rollouts=0", "rspo.explorer_rollouts: must be >= 1"),
         ("env.step_timeout=0", "env.step_timeout: must be > 0 seconds, got 0.0"),
         ("env.step_timeout=.nan", "env.step_timeout: must be > 0 seconds, got nan"),
+        ("rollout.mixed_adapters=true model.lora.enabled=false", "rollout.mixed_adapters: needs LoRA adapters"),
         ("train.max_skipped_updates=-1", "train.max_skipped_updates: must be >= 0, got -1"),
     ],
 )

@@ -173,3 +173,57 @@ def test_chunks_hold_prompts_sorted_by_length(setup, monkeypatch):
     for g in (0, 1):  # the 4 envs of a task share its first prompt, the other task's differs
         assert len({tuple(p) for p, gg in zip(first, groups) if gg == g}) == 1
     assert first[groups.index(0)] != first[groups.index(1)]
+
+
+def test_mixed_adapter_passes_equal_one_pass_per_policy(setup, monkeypatch):
+    # rollout.mixed_adapters: target and explorer rows share each generate / forward pass,
+    # each row with its own LoRA adapter. Greedy, it must play exactly as one pass per policy.
+    cfg, pool, policy = setup
+    lora_b = [p for name, p in policy._peft.named_parameters() if "lora_B" in name]
+    saved = [p.detach().clone() for p in lora_b]
+    torch.manual_seed(0)
+    for p in lora_b:  # LoRA B starts at 0: make the policies differ (restored at the end)
+        p.data.normal_(0, 0.5)
+    try:
+        check_mixed_equals_unmixed(cfg, pool, policy, monkeypatch)
+    finally:
+        for p, s in zip(lora_b, saved):
+            p.data.copy_(s)
+
+
+def check_mixed_equals_unmixed(cfg, pool, policy, monkeypatch):
+    tok = policy.tokenizer
+    prompt = [tok("WebShop [SEP] Search", add_special_tokens=False)["input_ids"]]
+    greedy = {}
+    for name in ("target", "explorer"):
+        with policy.use(name):
+            greedy[name] = generate(policy, prompt, 6, temperature=0.0, top_p=1.0)
+    assert greedy["target"] != greedy["explorer"]  # so a pass that ran one adapter for all rows would fail
+
+    import rspo.rollout as rollout_module
+
+    passes, inner = [], rollout_module.generate
+
+    def recording(policy, prompts, *args):
+        passes.append(args[-1])  # the rows' policies (None: the active one's)
+        return inner(policy, prompts, *args)
+
+    monkeypatch.setattr(rollout_module, "generate", recording)
+    monkeypatch.setattr(cfg.rollout, "micro_batch", 3)
+    tasks, plans = [("train", 3), ("train", 9)], [Plan("target", 2, TARGET), Plan("explorer", 2, EXPLORER)]
+    runs = {}
+    for mixed in (False, True):
+        monkeypatch.setattr(cfg.rollout, "mixed_adapters", mixed)
+        passes.clear()
+        runs[mixed] = collect(
+            policy, pool, "webshop", tasks, plans, cfg.rollout, temperature=0.0, max_turns=2, progress=False
+        )
+        if mixed:  # turn 0: 8 envs, 4 per policy, in 3 passes of <= 3 rows (2 + 2 unmixed)
+            assert [len(rows) for rows in passes[:3]] == [3, 3, 2]
+            assert sorted(r for rows in passes[:3] for r in rows) == ["explorer"] * 4 + ["target"] * 4
+        else:
+            assert passes[:4] == [None] * 4
+    a, b = runs[False].batch, runs[True].batch
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
+    torch.testing.assert_close(b.behavior_logprobs, a.behavior_logprobs, atol=1e-4, rtol=0)
+    assert [t.source for t in runs[True].trajectories] == [TARGET, TARGET, EXPLORER, EXPLORER] * 2

@@ -127,6 +127,9 @@ class RolloutConfig:
     micro_batch: int = 32  # sequences per generate / forward call
     require_think: bool = False  # ask for <think>...</think> before <action>
     behavior_logprobs: str = "forward"  # forward (a second pass, exact) | sampler (the sampling pass's logits)
+    # LoRA: the target's and explorer's envs share each generate / forward pass, a row per
+    # adapter (peft's mixed-adapter batches) instead of one pass per policy
+    mixed_adapters: bool = False
     invalid_action_penalty: float = 0.1
 
 
@@ -358,6 +361,8 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(
             f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}"
         )
+    if cfg.rollout.mixed_adapters and not cfg.model.lora.enabled:
+        raise ConfigError("rollout.mixed_adapters: needs LoRA adapters (model.lora.enabled=true); set it false")
 
 
 def _get(flat: dict[str, Any], dotted: str) -> Any:

@@ -74,11 +74,14 @@ class PolicyNet(nn.Module):
         self.lm = lm
         self.value_heads = nn.ModuleDict(value_heads or {})
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int = 0, value: str = "") -> Tensor:
-        """Logits of the last `logits_to_keep` positions (N, K, V), or critic `value`'s values (N,)."""
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int = 0, value: str = "", **lm_kwargs
+    ) -> Tensor:
+        """Logits of the last `logits_to_keep` positions (N, K, V), or critic `value`'s values (N,).
+        `lm_kwargs` go to the LM (peft's per-row `adapter_names`)."""
         pos = position_ids(attention_mask)
         if not value:
-            kw = {"position_ids": pos, "use_cache": False, "logits_to_keep": logits_to_keep}
+            kw = {"position_ids": pos, "use_cache": False, "logits_to_keep": logits_to_keep, **lm_kwargs}
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
         hf = self.lm.get_base_model() if isinstance(self.lm, peft.PeftModel) else self.lm
         out = hf.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
@@ -203,16 +206,19 @@ class Policy:
         response_len: int,
         with_entropy: bool = False,
         temperature: float = 1.0,
+        rows: list[str] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Log-prob (and entropy) of each of the last `response_len` tokens, active policy.
 
         input_ids, attention_mask: (N, L), prompt left-padded + response right-padded.
         Returns (N, R) float32 log-probs and (N, R) entropies (None unless asked). Logits are
         divided by `temperature` (use the sampling temperature). Only the R response
-        positions' logits are computed, and cast to float32.
+        positions' logits are computed, and cast to float32. `rows`: a policy per row
+        instead of the active one (`mixed_batch`).
         """
         R = response_len
-        logits = self._net(self.active)(input_ids, attention_mask, logits_to_keep=R + 1)[:, :-1]  # (N, R, V)
+        kw = self.mixed_batch(rows)
+        logits = self._net(self.active)(input_ids, attention_mask, logits_to_keep=R + 1, **kw)[:, :-1]  # (N, R, V)
         return logprobs_from_logits(logits.float() / temperature, input_ids[:, -R:], with_entropy)
 
     def values(self, input_ids: Tensor, attention_mask: Tensor, critic: str = CRITIC) -> Tensor:
@@ -231,11 +237,24 @@ class Policy:
             self._set_adapter(self.active)
 
     @torch.no_grad()
-    def generate(self, input_ids: Tensor, attention_mask: Tensor, **kwargs) -> Tensor:
-        """`model.generate` with the active (or reference) policy, eval mode, no grads."""
+    def generate(self, input_ids: Tensor, attention_mask: Tensor, rows: list[str] | None = None, **kwargs) -> Tensor:
+        """`model.generate` with the active (or reference) policy, eval mode, no grads;
+        `rows`: a policy per row instead (`mixed_batch`)."""
         lm = self._ref_model if self._in_reference and not self.lora else self._raw[self.active].lm
         lm.eval()
-        return lm.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return lm.generate(input_ids=input_ids, attention_mask=attention_mask, **self.mixed_batch(rows), **kwargs)
+
+    def mixed_batch(self, rows: list[str] | None) -> dict:
+        """The LM kwargs that run row i with policy rows[i]: peft's mixed-adapter batches, one
+        pass for the target's and the explorer's rows (LoRA only; not under `reference()`)."""
+        if rows is None:
+            return {}
+        if not self.lora or self._in_reference:
+            raise RuntimeError("a policy per row needs LoRA adapters, outside reference()")
+        unknown = set(rows) - set(self.names)
+        if unknown:
+            raise ValueError(f"unknown policies {sorted(unknown)}; this Policy has {self.names}")
+        return {"adapter_names": list(rows)}
 
     # --- parameters, copies, wrapping ---------------------------------------------------
 

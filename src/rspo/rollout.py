@@ -6,7 +6,8 @@ every task with the same env seed; the trajectories of one task form one group. 
   2. per policy, ONE left-padded `generate` over its active envs (chunked by
      `micro_batch` to bound memory, prompts sorted by length so that a chunk holds
      similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
-     chunks of 8), stopping at `</action>` or eos;
+     chunks of 8), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
+     every policy's envs share the passes instead, each row with its own adapter;
   3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
   4. the parsed actions go to the env pool, which steps all envs in parallel. An env that
      fails (raises, hangs or its worker dies) ends its trajectory as failed, with the
@@ -112,8 +113,10 @@ def generate(
     temperature: float,
     top_p: float,
     logprobs_from: str = "forward",
+    rows: list[str] | None = None,
 ):
     """Sample one response per prompt. Returns (response ids list, behavior log-probs list).
+    `rows`: the policy of each prompt (one mixed-adapter pass), else the active policy.
 
     Behavior log-probs are log pi(token) at temperature 1 (the policy itself, as the
     trainer scores it), from `logprobs_from`:
@@ -130,6 +133,7 @@ def generate(
     out = policy.generate(
         ids,
         mask,
+        rows,
         max_new_tokens=max_new_tokens,
         do_sample=temperature > 0,
         stop_strings=[STOP],
@@ -149,7 +153,7 @@ def generate(
     else:
         full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
         full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
-        logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R)
+        logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R, rows=rows)
         logprobs = logprobs.float().cpu()
     resp = [responses[i, :n].tolist() for i, n in enumerate(lengths)]
     return resp, [logprobs[i, :n].tolist() for i, n in enumerate(lengths)]
@@ -209,16 +213,25 @@ def collect(
             break
         actions: list[str | None] = [None] * pool.num_envs
         t0 = time.perf_counter()
-        for adapter in dict.fromkeys(slots[i].adapter for i in active):
-            ids = [i for i in active if slots[i].adapter == adapter]
+        adapters = list(dict.fromkeys(slots[i].adapter for i in active))
+        mixed = cfg.mixed_adapters and len(adapters) > 1  # one pass for every policy's rows
+        for adapter in [None] if mixed else adapters:
+            ids = [i for i in active if mixed or slots[i].adapter == adapter]
             prompts = [_prompt(policy.tokenizer, env_name, slots[i], cfg) for i in ids]
             order = sorted(range(len(ids)), key=lambda k: len(prompts[k]))  # similar lengths share a chunk
             ids, prompts = [ids[k] for k in order], [prompts[k] for k in order]
-            with policy.use(adapter):
+            with policy.use(adapter or "target"):
                 for c in range(0, len(ids), cfg.micro_batch):
                     chunk = slice(c, c + cfg.micro_batch)
+                    rows_of = [slots[i].adapter for i in ids[chunk]] if mixed else None
                     resp, logp = generate(
-                        policy, prompts[chunk], cfg.max_new_tokens, temperature, cfg.top_p, cfg.behavior_logprobs
+                        policy,
+                        prompts[chunk],
+                        cfg.max_new_tokens,
+                        temperature,
+                        cfg.top_p,
+                        cfg.behavior_logprobs,
+                        rows_of,
                     )
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
                         text = policy.tokenizer.decode(r, skip_special_tokens=True)
