@@ -34,7 +34,7 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
     rows = table["webshop"]["grpo"]["test"]
     assert set(rows) == {"outcome", "rspo"}
     rspo, outcome = rows["rspo"], rows["outcome"]
-    for basis in ("equal_iterations", "equal_env_steps"):
+    for basis in ("equal_iterations", "equal_env_steps", "gain"):
         cell = rspo[f"{basis}/success"]
         assert cell["diff_lo"] <= cell["diff"] <= cell["diff_hi"]  # compared with the outcome baseline
         assert "diff" not in outcome[f"{basis}/success"]  # the baseline is not compared with itself
@@ -45,7 +45,7 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
         assert r["wall_s"] > 0 and r["commit"] and r["config"]["train"]["steps"] == 1
         assert [p["step"] for p in r["curve"]] == [0, 1]  # eval before RL and after the one step
     md = (tmp_path / "results" / "results.md").read_text()
-    assert "| grpo | rspo | 1 |" in md and "at equal environment steps" in md
+    assert "| grpo | rspo | 1 |" in md and "at equal environment steps" in md and "gain in success" in md
     assert (tmp_path / "results" / "curves_webshop_grpo.png").stat().st_size > 1000
     # A second sweep finds both runs finished and reruns nothing.
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/eval_summary.json")}

@@ -24,8 +24,10 @@ every `eval.every` steps. Each arm (algo × reward mode) is compared with the ou
 baseline of the same algorithm (a) at equal training iterations (the final eval) and
 (b) at equal environment steps (the last eval of each run within the smallest env-step
 count that every run of the algorithm reached: RSPO's explorer makes more env steps per
-iteration). Differences come with a 95% bootstrap interval that resamples seeds and tasks
-(`rspo.stats.bootstrap_diff`).
+iteration), and (c) by gain: each run's after-RL minus before-RL success, task by task,
+which cancels differences between warm starts (rebuilt on another machine, the same seed's
+warm start is not bitwise the same). Differences come with a 95% bootstrap interval that
+resamples seeds and tasks (`rspo.stats.bootstrap_diff`).
 """
 
 from __future__ import annotations
@@ -278,16 +280,19 @@ def compare(all_runs: list[dict]) -> dict:
             arm = [r for r in group if r["mode"] == mode]
             base = [r for r in group if r["mode"] == BASELINE]
             row = {"seeds": [r["seed"] for r in arm], "env_step_budget": budget}
-            for basis, tasks_of in (
-                ("equal_iterations", lambda r: r["after_tasks"]),
-                ("equal_env_steps", lambda r, budget=budget: _point_within(r, budget)["tasks"]),
-            ):
+            for basis, values in (  # a run's per-task values on `split`
+                ("equal_iterations", lambda r, split, key: _won(r["after_tasks"], split, key)),
+                ("equal_env_steps", lambda r, split, key, b=budget: _won(_point_within(r, b)["tasks"], split, key)),
+                # after - before on each task: a run's gain over its own warm start's eval
+                ("gain", lambda r, split, key: np.subtract(_won(r["after_tasks"], split, key),
+                                                           _won(r["before_tasks"], split, key))),
+            ):  # fmt: skip
                 for metric, key in (("success", "won"), ("score", "score")):
-                    x = np.array([_won(tasks_of(r), split, key) for r in arm])
+                    x = np.array([values(r, split, key) for r in arm])
                     per_seed = x.mean(axis=1)
                     cell = {"mean": float(per_seed.mean()), "std": float(per_seed.std(ddof=1)) if len(arm) > 1 else 0.0}
                     if base and mode != BASELINE:
-                        b = np.array([_won(tasks_of(r), split, key) for r in base])
+                        b = np.array([values(r, split, key) for r in base])
                         cell["diff"], cell["diff_lo"], cell["diff_hi"] = bootstrap_diff(b, x)
                     row[f"{basis}/{metric}"] = cell
             before = np.array([_won(r["before_tasks"], split) for r in arm]).mean()
@@ -316,9 +321,11 @@ def markdown(table: dict, all_runs: list[dict]) -> str:
     ]
     for env, algos in table.items():
         scored = env == "webshop"
-        for basis, title in (("equal_iterations", "at equal training iterations (the final eval)"),
-                             ("equal_env_steps", "at equal environment steps")):  # fmt: skip
-            lines += ["", f"### {env}: success {title}", ""]
+        for basis, title in (("equal_iterations", "success at equal training iterations (the final eval)"),
+                             ("equal_env_steps", "success at equal environment steps"),
+                             ("gain", "gain in success over each run's own start (after RL - before RL, "
+                                      "task by task; warm starts rebuilt on another machine differ)")):  # fmt: skip
+            lines += ["", f"### {env}: {title}", ""]
             splits = list(next(iter(algos.values())))
             lines.append("| algo | reward.mode | seeds | " + " | ".join(splits) + (" | score |" if scored else " |"))
             lines.append("|---" * (3 + len(splits) + scored) + "|")
