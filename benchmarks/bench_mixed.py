@@ -24,13 +24,15 @@ import os
 import time
 
 import torch
-from common import default_model_config
+from bench_rollout import build_model, make_config, spread_tasks
 
 from rspo.batch import EXPLORER, TARGET
 from rspo.envs.pool import EnvPool
-from rspo.policy import build_policy
 from rspo.rollout import Plan, collect
-from rspo.sft import demo_corpus
+
+
+def tokens_per_s(timing: dict) -> float:
+    return timing["tokens"] / timing["generate"]
 
 
 def run_once(policy, pool, cfg, tasks, plans, turns: int, mixed: bool, seed: int) -> dict:
@@ -56,12 +58,9 @@ def main() -> None:
     tasks_n, turns, repeats = (4, 2, 1) if args.quick else (args.tasks, args.turns, args.repeats)
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = default_model_config(
-        "env.name=webshop", "env.num_workers=0", "sft.episodes=0", "log.progress=false", *args.overrides
-    )
+    cfg = make_config("webshop", 24, tuple(args.overrides))
     n = tasks_n * (args.group + args.explorer)
-    with EnvPool(cfg.env, 8) as pool:  # the tokenizer corpus: 16 expert episodes
-        policy = build_policy(cfg.model, demo_corpus(cfg, pool, episodes=16), ["target", "explorer"], device=device)
+    policy = build_model(cfg, ("target", "explorer"), device)
     torch.manual_seed(args.seed)
     for name, p in policy._peft.named_parameters():  # LoRA B starts at 0: two different policies
         if "lora_B" in name:
@@ -75,21 +74,19 @@ def main() -> None:
         f"torch threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}"
     )
     with EnvPool(cfg.env, n) as pool:
-        tasks = [("train", (17 * i) % pool.num_tasks("train")) for i in range(tasks_n)]
+        tasks = spread_tasks(pool, tasks_n)
         run_once(policy, pool, cfg, tasks[:1], plans, 1, True, args.seed)  # warm-up: first-call costs
         runs: dict[str, list[dict]] = {"per-policy": [], "mixed": []}
         for _ in range(repeats):  # interleaved, so a load change hits both modes
             for mode in runs:
                 runs[mode].append(run_once(policy, pool, cfg, tasks, plans, turns, mode == "mixed", args.seed))
-    best = {mode: max(rs, key=lambda r: r["tokens"] / r["generate"]) for mode, rs in runs.items()}
+    best = {mode: max(rs, key=tokens_per_s) for mode, rs in runs.items()}
     for mode, r in best.items():
         print(
             f"  {mode:<11} {r['tokens']:7.0f} tokens in {r['generate']:7.2f} s generating: "
-            f"{r['tokens'] / r['generate']:8.0f} tok/s   (collect {r['wall']:.2f} s)"
+            f"{tokens_per_s(r):8.0f} tok/s   (collect {r['wall']:.2f} s)"
         )
-    ratio = (best["mixed"]["tokens"] / best["mixed"]["generate"]) / (
-        best["per-policy"]["tokens"] / best["per-policy"]["generate"]
-    )
+    ratio = tokens_per_s(best["mixed"]) / tokens_per_s(best["per-policy"])
     print(f"mixed / per-policy tok/s: x{ratio:.2f}   (load after {os.getloadavg()[0]:.2f})")
 
 

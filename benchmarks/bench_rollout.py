@@ -51,6 +51,17 @@ def make_config(env: str, max_new_tokens: int, overrides: tuple[str, ...] = ()) 
     return default_model_config(*ENVS[env], *rollout_keys, "log.progress=false", "sft.episodes=0", *overrides)
 
 
+def build_model(cfg: Config, adapters: tuple[str, ...] = ("target",), device: str | None = None):
+    """The tiny model with its tokenizer trained on 16 expert episodes (the same for every size)."""
+    with EnvPool(cfg.env, 8) as pool:
+        return build_policy(cfg.model, demo_corpus(cfg, pool, episodes=16), adapters, device=device)
+
+
+def spread_tasks(pool, n: int) -> list[tuple[str, int]]:
+    """n training tasks spread over the task list."""
+    return [("train", (17 * i) % pool.num_tasks("train")) for i in range(n)]
+
+
 class CountingGenerate:
     """Wraps `rspo.rollout.generate` to record how many prompts each call holds."""
 
@@ -65,7 +76,7 @@ class CountingGenerate:
 
 def run_once(policy, pool, cfg: Config, env: str, n: int, micro_batch: int, turns: int, seed: int) -> dict:
     """One `collect` over n envs; returns its timing, counts and the prompts per generate call."""
-    tasks = [("train", (17 * i) % pool.num_tasks("train")) for i in range(n // GROUP)]
+    tasks = spread_tasks(pool, n // GROUP)
     rcfg = cfg.rollout
     rcfg.micro_batch = micro_batch
     counter = CountingGenerate()
@@ -102,8 +113,7 @@ def bench_env(
     """Batched and sequential rollouts at each size; the faster of `repeats` interleaved runs."""
     cfg = make_config(env, max_new_tokens, overrides)
     t0 = time.perf_counter()
-    with EnvPool(cfg.env, 8) as pool:  # the tokenizer corpus: 16 expert episodes, the same for every size
-        policy = build_policy(cfg.model, demo_corpus(cfg, pool, episodes=16))
+    policy = build_model(cfg)
     print(f"[{env}] model ready in {time.perf_counter() - t0:.1f} s", flush=True)
     rows = []
     for n in sizes:

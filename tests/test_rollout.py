@@ -147,22 +147,29 @@ def test_sampling_is_seeded(setup):
     assert torch.equal(runs[0].input_ids, runs[1].input_ids)
 
 
-def test_chunks_hold_prompts_sorted_by_length(setup, monkeypatch):
-    # 8 envs in chunks of 3: each policy's generate calls of a turn see its prompts in order
-    # of length, so a chunk pads to a near length; every row still lands on its own env
-    cfg, pool, policy = setup
+def record_generate(monkeypatch) -> list[tuple[list, list | None]]:
+    """The (prompts, rows' policies or None) of every `generate` call `collect` makes from now on."""
     import rspo.rollout as rollout_module
 
     calls, inner = [], rollout_module.generate
 
     def recording(policy, prompts, *args):
-        calls.append(prompts)
+        calls.append((prompts, args[-1]))
         return inner(policy, prompts, *args)
 
     monkeypatch.setattr(rollout_module, "generate", recording)
+    return calls
+
+
+def test_chunks_hold_prompts_sorted_by_length(setup, monkeypatch):
+    # 8 envs in chunks of 3: each policy's generate calls of a turn see its prompts in order
+    # of length, so a chunk pads to a near length; every row still lands on its own env
+    cfg, pool, policy = setup
+    recorded = record_generate(monkeypatch)
     monkeypatch.setattr(cfg.rollout, "micro_batch", 3)
     tasks, plans = [("train", 3), ("train", 9)], [Plan("target", 4, TARGET)]
     ro = collect(policy, pool, "webshop", tasks, plans, cfg.rollout, temperature=1.0, max_turns=2, progress=False)
+    calls = [prompts for prompts, _ in recorded]
     assert [len(c) for c in calls[:3]] == [3, 3, 2]  # turn 0: 8 prompts in chunks of 3
     lengths = [len(p) for c in calls[:3] for p in c]
     assert lengths == sorted(lengths)
@@ -200,24 +207,17 @@ def check_mixed_equals_unmixed(cfg, pool, policy, monkeypatch):
             greedy[name] = generate(policy, prompt, 6, temperature=0.0, top_p=1.0)
     assert greedy["target"] != greedy["explorer"]  # so a pass that ran one adapter for all rows would fail
 
-    import rspo.rollout as rollout_module
-
-    passes, inner = [], rollout_module.generate
-
-    def recording(policy, prompts, *args):
-        passes.append(args[-1])  # the rows' policies (None: the active one's)
-        return inner(policy, prompts, *args)
-
-    monkeypatch.setattr(rollout_module, "generate", recording)
+    recorded = record_generate(monkeypatch)
     monkeypatch.setattr(cfg.rollout, "micro_batch", 3)
     tasks, plans = [("train", 3), ("train", 9)], [Plan("target", 2, TARGET), Plan("explorer", 2, EXPLORER)]
     runs = {}
     for mixed in (False, True):
         monkeypatch.setattr(cfg.rollout, "mixed_adapters", mixed)
-        passes.clear()
+        recorded.clear()
         runs[mixed] = collect(
             policy, pool, "webshop", tasks, plans, cfg.rollout, temperature=0.0, max_turns=2, progress=False
         )
+        passes = [rows for _, rows in recorded]  # the rows' policies (None: the active one's)
         if mixed:  # turn 0: 8 envs, 4 per policy, in 3 passes of <= 3 rows (2 + 2 unmixed)
             assert [len(rows) for rows in passes[:3]] == [3, 3, 2]
             assert sorted(r for rows in passes[:3] for r in rows) == ["explorer"] * 4 + ["target"] * 4
