@@ -8,8 +8,8 @@ import pytest
 import yaml
 from conftest import SMALL
 
-from rspo.config import ConfigError
-from rspo.sweep import collect, execute, load_experiment, runs
+from rspo.config import ConfigError, load_config
+from rspo.sweep import collect, execute, load_experiment, runs, warm_start_key
 
 
 def write_experiment(tmp_path, warm_model, **extra):
@@ -71,3 +71,19 @@ def test_bad_experiment_files_name_the_key(warm_model, tmp_path):
         load_experiment(write_experiment(tmp_path, warm_model, grid={"reward.mode": ["rpso"]}))
     with pytest.raises(ConfigError, match="does not exist"):
         load_experiment(tmp_path / "missing.yaml")
+
+
+def test_warm_start_key_follows_what_sft_learns_from():
+    def key(*overrides):
+        return warm_start_key(load_config("configs/default.yaml", ["model.lora.enabled=true", *overrides]))
+
+    base = key()
+    # the RL side of a grid point shares the warm start ...
+    assert key("algo.name=gigpo", "reward.mode=rspo") == base
+    # ... and so does how RL batches its passes (rollout.mixed_adapters was added after
+    # warm starts existed: a new RL-only setting must not make every grid rebuild them)
+    assert key("rollout.mixed_adapters=true") == base
+    # what the demonstrations or the SFT model depend on does not
+    assert key("rollout.history_length=1") != base
+    assert key("train.seed=1") != base
+    assert key("sft.episodes=10") != base

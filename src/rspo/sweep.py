@@ -53,6 +53,9 @@ from rspo.stats import bootstrap_diff
 
 KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "overrides", "grid"}
 WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
+# settings inside those sections that only change how RL batches its passes, not what SFT
+# learns: they stay out of the key, so adding or flipping one keeps existing warm starts
+WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
 BASELINE = "outcome"
 
 
@@ -117,6 +120,9 @@ def runs(exp: Experiment) -> list[RunSpec]:
 def warm_start_key(cfg) -> str:
     """Runs with equal keys can share one SFT warm start."""
     d = to_dict(cfg)
+    for section, keys in WARM_START_IGNORED.items():
+        for key in keys:
+            del d[section][key]
     shared = {s: d[s] for s in WARM_START_SECTIONS} | {"seed": d["train"]["seed"]}
     return hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 
