@@ -1,5 +1,7 @@
 """Prompts and parsing: what the policy reads each turn and how its answer becomes an action."""
 
+import functools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -97,3 +99,32 @@ def test_response_lengths_cut_at_stop_string_or_eos(tok):
 def test_format_response_round_trips():
     assert parse_action(format_response("open fridge 1", require_think=True)) == ("open fridge 1", True)
     assert format_response("look", require_think=False) == "<action>look</action>"
+
+
+WEBSHOP_CORPUS = [
+    "B0KP3G4UOX [SEP] Pura Bloom Shampoo [SEP] $9.0\nAdmissible actions: click[b0kp3g4uox], click[16 fl oz]\n"
+    "<action>click[b0kp3g4uox]</action>"
+] * 20
+
+
+@functools.cache
+def webshop_tokenizer(kind: str):
+    return build_tiny_tokenizer(WEBSHOP_CORPUS, 400, kind)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "words"])
+@given(text=st.text(max_size=200))
+def test_tiny_tokenizers_lose_no_text(kind, text):
+    tokenizer = webshop_tokenizer(kind)
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_words_tokenizer_makes_an_id_one_copyable_token():
+    def pieces(kind: str, text: str) -> list[str]:
+        return webshop_tokenizer(kind).tokenize(text)
+
+    # GPT-2's splits cut letters from digits: b|0|kp|3|g|4|uox, at best 7 tokens to copy
+    assert len(pieces("bpe", "click[b0kp3g4uox]")) >= 2 + 7
+    # words: one token for the id, the same in the admissible list and in the answer
+    assert pieces("words", "click[b0kp3g4uox]") == ["click", "[", "b0kp3g4uox", "]"]
+    assert pieces("words", ", click[b0kp3g4uox],")[2:5] == ["[", "b0kp3g4uox", "]"]

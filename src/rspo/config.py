@@ -63,6 +63,11 @@ class TinyModelConfig:
     num_layers: int = 2
     num_heads: int = 4
     vocab_size: int = 1024  # BPE vocabulary trained on environment text
+    # bpe: byte-level BPE with GPT-2's splits (letters and digits apart, so an id like
+    # WebShop's "b0kp3g4uox" is 7 pieces); words: letters and digits together, so with a
+    # vocab_size large enough every word of the corpus (ids included) is one token, which
+    # a tiny model can copy from the observation; anything else still encodes, as bytes
+    tokenizer: str = "bpe"
 
 
 @dataclass
@@ -234,6 +239,7 @@ class Config:
 # Keys whose values come from a fixed set. `model.name` is open: any HF path or id works.
 CHOICES: dict[str, list[str]] = {
     "model.dtype": ["float32", "bfloat16"],
+    "model.tiny.tokenizer": ["bpe", "words"],
     "env.name": ["alfworld", "webshop"],
     "env.webshop.outcome": ["success", "score"],
     "env.webshop.backend": ["generated", "real"],

@@ -144,19 +144,37 @@ def _atomic_build(final: Path, build: Callable[[Path], None]) -> Path:
 def _tiny_dir(cfg: ModelConfig, corpus: Corpus) -> Path:
     """The cached tiny model for these sizes and this corpus, built on a cache miss."""
     t = cfg.tiny
-    h = hashlib.sha256(f"{TINY_FORMAT} {t.hidden_size} {t.num_layers} {t.num_heads} {t.vocab_size}".encode())
+    sizes = f"{TINY_FORMAT} {t.hidden_size} {t.num_layers} {t.num_heads} {t.vocab_size}"
+    h = hashlib.sha256((sizes + ("" if t.tokenizer == "bpe" else f" {t.tokenizer}")).encode())  # bpe: the old keys
     for text in corpus():
         h.update(text.encode() + b"\0")
     final = cache_dir() / "models" / f"tiny-{h.hexdigest()[:16]}"
     return _atomic_build(final, lambda tmp: _build_tiny(cfg, corpus, tmp))
 
 
-def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Byte-level BPE (any text encodes, nothing is lost) with ChatML special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# The `words` split: a run of letters and digits with its leading space, one other
+# character with its leading space, or whitespace. BPE never merges across these pieces.
+WORD_SPLIT = r" ?[A-Za-z0-9]+| ?[^A-Za-z0-9\s]|\s+"
+
+
+def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int, kind: str = "bpe") -> PreTrainedTokenizerFast:
+    """Byte-level BPE (any text encodes, nothing is lost) with ChatML special tokens.
+
+    `kind` (`model.tiny.tokenizer`): `bpe` splits text as GPT-2 does before merging;
+    `words` splits at `WORD_SPLIT`, so merges can grow a whole word or id into one token.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if kind == "words":
+        bpe.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(WORD_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -177,7 +195,7 @@ def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTok
 
 def _build_tiny(cfg: ModelConfig, corpus: Corpus, out: Path) -> None:
     t = cfg.tiny
-    tokenizer = build_tiny_tokenizer(corpus(), t.vocab_size)
+    tokenizer = build_tiny_tokenizer(corpus(), t.vocab_size, t.tokenizer)
     config = LlamaConfig(
         vocab_size=len(tokenizer),  # <= tiny.vocab_size: a small corpus yields fewer merges
         hidden_size=t.hidden_size,
