@@ -2,15 +2,20 @@
 
 import random
 
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rspo.sft import length_grouped_batches
+from rspo.config import LoraConfig, ModelConfig, TinyModelConfig
+from rspo.models import load_base
+from rspo.policy import Policy
+from rspo.sft import length_grouped_batches, sft_loss
 
 
 def padding(batches):
-    """Padded cells / all cells, for right-padded batches as sft_loss builds them."""
-    total = sum(len(b) * max(len(p) + len(r) for p, r in b) for b in batches)
+    """Padded cells / all cells, for batches as sft_loss builds them (prompts left-padded
+    to the longest prompt, responses right-padded to the longest response)."""
+    total = sum(len(b) * (max(len(p) for p, _ in b) + max(len(r) for _, r in b)) for b in batches)
     real = sum(len(p) + len(r) for b in batches for p, r in b)
     return 1 - real / total
 
@@ -34,3 +39,26 @@ def test_grouping_cuts_padding_and_keeps_the_order_random():
     assert padding(grouped) < 0.05 < 0.25 < padding(at_random)
     widths = [max(len(p) for p, _ in b) for b in grouped]
     assert widths != sorted(widths) and widths != sorted(widths, reverse=True)  # batches are shuffled
+
+
+def test_sft_loss_equals_one_unpadded_pass_per_sample(tmp_path, monkeypatch):
+    monkeypatch.setenv("RSPO_CACHE", str(tmp_path))
+    cfg = ModelConfig(name="tiny", lora=LoraConfig(enabled=False), tiny=TinyModelConfig(hidden_size=32, vocab_size=300))
+    model, tok = load_base(cfg, lambda: ["go to fridge 1, open fridge 1, take apple 1 from fridge 1"] * 10)
+    net = Policy(cfg, model, tok).nets["target"]
+    rng = random.Random(0)
+    samples = [
+        ([rng.randrange(3, len(tok)) for _ in range(rng.randint(1, 12))], [rng.randrange(3, len(tok)) for _ in range(n)])
+        for n in (1, 4, 7)
+    ]
+    loss, count = sft_loss(net, samples, tok.pad_token_id, "cpu")
+
+    # loop reference: each sample alone, no padding; token t predicts token t+1, and only
+    # the response's tokens are scored
+    reference = 0.0
+    for p, r in samples:
+        ids = torch.tensor([p + r])
+        logits = net(ids, torch.ones_like(ids))[0, :-1].float()  # (len(p) + len(r) - 1, V)
+        reference += torch.nn.functional.cross_entropy(logits[len(p) - 1 :], torch.tensor(r), reduction="sum")
+    assert count == 1 + 4 + 7
+    torch.testing.assert_close(loss, reference, atol=1e-4, rtol=1e-5)

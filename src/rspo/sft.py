@@ -73,17 +73,24 @@ def sft_batches(tokenizer, demos, env_name: str, require_think: bool, max_prompt
 
 
 def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
-    """Summed cross-entropy over response tokens, and their count. Right-padded batch."""
-    width = max(len(p) + len(r) for p, r in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    """Summed cross-entropy over response tokens, and their count.
+
+    The rollout's layout: prompts left-padded to P, responses right-padded to R, so only the
+    R response positions' logits are computed (the LM head over every prompt position would
+    cost more than the rest of a tiny model with a large vocabulary).
+    """
+    P = max(len(p) for p, _ in samples)
+    R = max(len(r) for _, r in samples)
+    ids = torch.full((len(samples), P + R), pad_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)  # -100: not trained on (prompt and padding)
+    labels = torch.full((len(samples), R), -100, dtype=torch.long)  # -100: padding, not trained on
     for i, (p, r) in enumerate(samples):
-        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
-        attn[i, : len(p) + len(r)] = 1
-        labels[i, len(p) : len(p) + len(r)] = torch.tensor(r)
-    logits = net(ids.to(device), attn.to(device))[:, :-1].float()  # (n, L-1, V)
-    targets = labels[:, 1:].to(device)
+        ids[i, P - len(p) : P + len(r)] = torch.tensor(p + r)
+        attn[i, P - len(p) : P + len(r)] = 1
+        labels[i, : len(r)] = torch.tensor(r)
+    # positions P-1 .. P+R-2 predict the response tokens at P .. P+R-1
+    logits = net(ids.to(device), attn.to(device), logits_to_keep=R + 1)[:, :-1].float()  # (n, R, V)
+    targets = labels.to(device)
     loss = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
     )
