@@ -43,6 +43,35 @@ def all_positions_loss(net, samples, pad_id: int, device) -> tuple[torch.Tensor,
     return loss, int((targets != -100).sum())
 
 
+def time_both(kind: str, vocab: int, batch: int, lo: int, hi: int, repeats: int, device: str) -> None:
+    cfg = default_model_config(f"model.tiny.tokenizer={kind}", f"model.tiny.vocab_size={vocab}").model
+    cfg.lora.enabled = False  # the warm start trains the whole model
+    corpus = [f"w{i} x{i}y {i}" for i in range(vocab)]  # enough distinct words to fill the vocabulary
+    model, tok = load_base(cfg, lambda: corpus)
+    net = Policy(cfg, model, tok).nets["target"].to(device)
+    V = len(tok)
+    rng = random.Random(0)
+    samples = [
+        ([rng.randrange(3, V) for _ in range(rng.randint(lo, hi))], [rng.randrange(3, V) for _ in range(24)])
+        for _ in range(batch)
+    ]
+
+    def step(loss_fn):
+        def run():
+            loss_fn(net, samples, tok.pad_token_id, device)[0].backward()
+            net.zero_grad(set_to_none=True)
+
+        return run
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    t_all = timed(step(all_positions_loss), repeats, sync)
+    t_resp = timed(step(sft_loss), repeats, sync)
+    print(
+        f"{kind:5s} vocab {V:5d}: every position {t_all * 1e3:7.1f} ms, response positions "
+        f"{t_resp * 1e3:7.1f} ms per batch: x{t_all / t_resp:.2f} faster"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -50,34 +79,9 @@ def main() -> None:
     args = ap.parse_args()
     batch, lo, hi, repeats = (4, 100, 200, 1) if args.quick else (16, 300, 700, args.repeats)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    rng = random.Random(0)
     print(f"device={device} threads={torch.get_num_threads()} batch={batch} prompt tokens {lo}-{hi}")
     for kind, vocab in (("bpe", 1024), ("words", 8192)):
-        cfg = default_model_config(f"model.tiny.tokenizer={kind}", f"model.tiny.vocab_size={vocab}").model
-        cfg.lora.enabled = False  # the warm start trains the whole model
-        corpus = [f"w{i} x{i}y {i}" for i in range(vocab)]  # enough distinct words to fill the vocabulary
-        model, tok = load_base(cfg, lambda: corpus)
-        net = Policy(cfg, model, tok).nets["target"].to(device)
-        V = len(tok)
-        samples = [
-            ([rng.randrange(3, V) for _ in range(rng.randint(lo, hi))], [rng.randrange(3, V) for _ in range(24)])
-            for _ in range(batch)
-        ]
-
-        def step(loss_fn):
-            def run():
-                loss_fn(net, samples, tok.pad_token_id, device)[0].backward()
-                net.zero_grad(set_to_none=True)
-
-            return run
-
-        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        t_all = timed(step(all_positions_loss), repeats, sync)
-        t_resp = timed(step(sft_loss), repeats, sync)
-        print(
-            f"{kind:5s} vocab {V:5d}: every position {t_all * 1e3:7.1f} ms, response positions "
-            f"{t_resp * 1e3:7.1f} ms per batch: x{t_all / t_resp:.2f} faster"
-        )
+        time_both(kind, vocab, batch, lo, hi, repeats, device)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,11 @@ def test_sft_loss_equals_one_unpadded_pass_per_sample(tmp_path, monkeypatch):
     model, tok = load_base(cfg, lambda: ["go to fridge 1, open fridge 1, take apple 1 from fridge 1"] * 10)
     net = Policy(cfg, model, tok).nets["target"]
     rng = random.Random(0)
-    samples = [
-        ([rng.randrange(3, len(tok)) for _ in range(rng.randint(1, 12))], [rng.randrange(3, len(tok)) for _ in range(n)])
-        for n in (1, 4, 7)
-    ]
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(3, len(tok)) for _ in range(n)]
+
+    samples = [(tokens(rng.randint(1, 12)), tokens(n)) for n in (1, 4, 7)]
     loss, count = sft_loss(net, samples, tok.pad_token_id, "cpu")
 
     # loop reference: each sample alone, no padding; token t predicts token t+1, and only
