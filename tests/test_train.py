@@ -39,6 +39,9 @@ def test_two_steps_train_every_algorithm(warm_model, tmp_path, algo, mode):
         "rspo.replay_per_task=1",
         "rspo.buffer_successes_only=false",
         "train.minibatches=2",
+        # the warm start rarely succeeds, so returns differ by the invalid-action penalty:
+        # five turns instead of three give each group more chances to differ
+        "rollout.max_turns=5",
     )
     torch.manual_seed(0)
     run = setup(cfg)
