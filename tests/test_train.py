@@ -40,8 +40,10 @@ def test_two_steps_train_every_algorithm(warm_model, tmp_path, algo, mode):
         "rspo.buffer_successes_only=false",
         "train.minibatches=2",
         # the warm start rarely succeeds, so returns differ by the invalid-action penalty:
-        # five turns instead of three give each group more chances to differ
+        # five turns instead of three, and groups of four, give each group more chances to
+        # differ (with groups of two, one machine's warm start made no invalid action in a step)
         "rollout.max_turns=5",
+        "rollout.group_size=4",
     )
     torch.manual_seed(0)
     run = setup(cfg)
