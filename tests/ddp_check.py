@@ -1,9 +1,11 @@
-"""Run under `accelerate launch` by test_distributed.py: one RL step on two CPU processes.
+"""Run under `accelerate launch` by test_distributed.py: one RL step on two CPU processes
+(DDP, or rspo's FSDP with `train.fsdp=true`).
 
 Writes JSON: the process count, each rank's tasks, and a checksum of each rank's target
-weights before and after the step (equal across ranks iff DDP synchronized the gradients).
-Then a checkpoint is saved, the weights zeroed, and the checkpoint resumed: the checksum
-after resuming, and with RSPO each rank's replay-buffer tasks before and after.
+weights before and after the step (equal across ranks iff the gradients were synchronized).
+Then a checkpoint is saved, the weights and Adam moments zeroed, and the checkpoint
+resumed: their checksums at the save and after resuming, and with RSPO each rank's
+replay-buffer tasks before and after.
 """
 
 import json
@@ -12,13 +14,23 @@ import sys
 import torch
 from accelerate.utils import gather_object
 from conftest import small_config
+from torch.distributed.tensor import DTensor
 
 from rspo.rewards.buffer import ReplayBuffer
 from rspo.train import resume, rl_step, sample_tasks, save, setup
 
 
+def total(tensors) -> float:
+    """The sum of whole tensors (FSDP shards gathered: a collective)."""
+    return float(sum((t.full_tensor() if isinstance(t, DTensor) else t).detach().double().sum() for t in tensors))
+
+
 def checksum(policy) -> float:
-    return float(sum(p.detach().double().sum() for p in policy.parameters_of("target")))
+    return total(policy.parameters_of("target"))
+
+
+def adam_moments(learner) -> list:
+    return [v for state in learner.optimizer.state.values() for k, v in state.items() if k.startswith("exp_avg")]
 
 
 def main() -> None:
@@ -31,15 +43,17 @@ def main() -> None:
         metrics = rl_step(run)
         after = checksum(run.policy)
         buffer = [e.task for e in run.buffer._entries] if run.buffer is not None else None
+        moments = total(adam_moments(run.learners["target"]))
         save(run)
         with torch.no_grad():
-            for p in run.policy.parameters_of("target"):
+            for p in run.policy.parameters_of("target") + adam_moments(run.learners["target"]):
                 p.zero_()
         if run.buffer is not None:
             run.buffer = ReplayBuffer(size=1, staleness=1)
         run.cfg.train.resume = "auto"
         resume(run)
         resumed = checksum(run.policy)
+        moments = [moments, total(adam_moments(run.learners["target"]))]  # at the save, after resuming
         restored = [e.task for e in run.buffer._entries] if run.buffer is not None else None
         rows = gather_object(
             [
@@ -53,6 +67,7 @@ def main() -> None:
                     "buffer": buffer,
                     "restored": restored,
                     "resumed": resumed,
+                    "moments": moments,
                 }
             ]
         )

@@ -52,7 +52,7 @@ def test_existing_run_dir_without_resume(capsys, tmp_path):
 class Policy:
     """Stands in for the policy in `checkpoint.save`: writes a small weights file."""
 
-    def save(self, path):
+    def save(self, path, weights=None):
         path.mkdir(parents=True)
         (path / "weights.bin").write_bytes(b"w" * 16)
 
@@ -86,3 +86,21 @@ def test_malformed_config_file_names_it(capsys, tmp_path):
     bad.write_text("train: [steps: 1\n")  # unclosed flow sequence
     code, line = rspo(capsys, "train", "--config", str(bad))
     assert code == 2 and str(bad) in line
+
+
+def test_resuming_across_engines_names_the_setting():
+    """An FSDP checkpoint's optimizer state is keyed by parameter name, an unsharded one's
+    by position: loading one into the other stops with the setting that fits."""
+    import torch
+
+    from rspo.update import Learner
+
+    param = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.AdamW([param])
+    learner = Learner("target", "", opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0))
+    fsdp_state = {"state": {}, "param_groups": [{**opt.state_dict()["param_groups"][0], "params": ["lm.w"]}]}
+    with pytest.raises(ValueError, match="saved by an FSDP run; resume it with train.fsdp=true"):
+        learner.load_state_dict({"optimizer": fsdp_state, "scheduler": learner.scheduler.state_dict()})
+    learner.sharded = {"optimizer": torch.nn.Linear(2, 2)}
+    with pytest.raises(ValueError, match="saved by an unsharded run; resume it with train.fsdp=false"):
+        learner.load_state_dict({"optimizer": opt.state_dict(), "scheduler": learner.scheduler.state_dict()})

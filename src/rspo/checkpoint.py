@@ -81,16 +81,19 @@ def check_output_dir(output_dir: str | Path, resume: str) -> None:
         raise OSError(f"train.output_dir={out} is not writable: {e.strerror or e}") from None
 
 
-def save(output_dir: str | Path, step: int, policy, trainer_state: dict, config_yaml: str) -> Path:
+def save(
+    output_dir: str | Path, step: int, policy, trainer_state: dict, config_yaml: str, weights: dict | None = None
+) -> Path:
     """Write checkpoint `step` atomically (temp dir + rename); returns its path. A failed
-    write (a full disk) removes its temp dir and leaves the earlier checkpoints as they were."""
+    write (a full disk) removes its temp dir and leaves the earlier checkpoints as they were.
+    `weights`: the policy's `state_dicts()`, when gathered beforehand (FSDP)."""
     root = checkpoint_dir(output_dir)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp_{PREFIX}{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        policy.save(tmp / "policy")
+        policy.save(tmp / "policy", weights)
         torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
         (tmp / "config.yaml").write_text(config_yaml)
     except OSError as e:

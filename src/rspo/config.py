@@ -202,6 +202,7 @@ class TrainConfig:
     output_dir: str = "runs/default"
     save_every: int = 10
     resume: str = ""  # "" = fresh, "auto" = latest checkpoint in output_dir, or a checkpoint path
+    fsdp: bool = False  # shard weights, gradients and optimizer state over the processes (FSDP2; Policy.shard)
 
 
 @dataclass

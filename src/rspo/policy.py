@@ -19,6 +19,14 @@ Distributed training: every differentiable forward goes through `self.nets[name]
 swaps in the wrapped (DDP) modules. With LoRA all policies share one module and each
 backward touches one adapter, so DDP needs `find_unused_parameters=True`.
 
+Sharded training (`shard()`, FSDP2): weights, gradients and optimizer state are split
+over the ranks, so every forward pass would be a collective that all ranks must run
+alike, which rollouts (a rank-dependent number of `generate` calls) do not. So rspo
+gathers the weights whole for a block of passes (`gathered()`: a rollout, an eval, one
+minibatch's update) and runs them with no collective but the gradients' reduce-scatter,
+once, in the minibatch's last backward (`gradient_sync_off` before it). The memory this
+saves is ZeRO-2's (gradients and optimizer state sharded) plus the weights at rest.
+
 Padding: prompts are left-padded, responses right-padded; attention masks are always
 passed in explicitly (pad may equal eos) and position ids are derived from them the way
 `generate` does, so a forward pass reproduces the sampling log-probs.
@@ -46,13 +54,15 @@ from rspo.models import Corpus, load_base
 POLICIES = ("target", "explorer")
 CRITIC = "critic"  # the target's critic; the explorer's is "explorer_critic"
 VALUE_HEAD_FILE = "value_head.safetensors"
-# Wrappers that shard weights: every forward pass becomes a collective that all ranks must
-# run alike, which rollouts (a rank-dependent number of generate calls) do not.
+# Wrappers that shard weights behind rspo's back: every forward pass becomes a collective
+# that all ranks must run alike, which rollouts (a rank-dependent number of generate calls)
+# do not. rspo shards with FSDP2 itself (`Policy.shard`), gathering around such passes.
 SHARDED_ENGINES = ("FSDPModule", "FullyShardedDataParallel", "DeepSpeedEngine")
 SHARDED_ENGINES_UNSUPPORTED = (
-    "FSDP / DeepSpeed are not supported by rspo's trainer yet: with sharded weights every rank must run "
-    "the same forward passes, but each rank's rollouts run their own number of generate calls. "
-    "Use DDP (accelerate launch --config_file configs/accelerate/ddp.yaml); see the README, 'GPU and multi-GPU'"
+    "a weight-sharding wrapper from accelerate.prepare (FSDP / DeepSpeed) is not supported: with sharded "
+    "weights every rank must run the same forward passes, but each rank's rollouts run their own number of "
+    "generate calls. Shard with rspo's own FSDP instead (train.fsdp=true, or accelerate's "
+    "configs/accelerate/fsdp.yaml), or use DDP (configs/accelerate/ddp.yaml); see the README, 'GPU and multi-GPU'"
 )
 
 
@@ -83,8 +93,8 @@ class PolicyNet(nn.Module):
         if not value:
             kw = {"position_ids": pos, "use_cache": False, "logits_to_keep": logits_to_keep, **lm_kwargs}
             return self.lm(input_ids=input_ids, attention_mask=attention_mask, **kw).logits
-        hf = self.lm.get_base_model() if isinstance(self.lm, peft.PeftModel) else self.lm
-        out = hf.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
+        decoder = _base_lm(self.lm).get_decoder()
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=False)
         hidden = out.last_hidden_state  # (N, L, H)
         last = attention_mask.shape[1] - 1 - attention_mask.flip(1).argmax(1)  # last real token, (N,)
         h = hidden[torch.arange(len(last), device=last.device), last]  # (N, H)
@@ -120,6 +130,7 @@ class Policy:
         self.critics = [critic_name(n) for n in self.names] if critic else []
         self.active = "target"
         self._in_reference = False
+        self.sharded = False  # FSDP2 (`shard`)
         if cfg.gradient_checkpointing:
             enable_checkpointing(model, lora=self.lora)
         heads = {c: _value_head(model.config.hidden_size, model.device) for c in self.critics}
@@ -306,8 +317,63 @@ class Policy:
             if any(cls.__name__ in SHARDED_ENGINES for cls in type(self.nets[name]).__mro__):
                 raise NotImplementedError(SHARDED_ENGINES_UNSUPPORTED)
 
+    def shard(self) -> None:
+        """Shard every trainable module over the ranks with FSDP2 (`fully_shard`): each
+        decoder layer, then the whole module (embeddings, norm, LM head, value heads).
+
+        Needs an initialized process group (`accelerate launch`). Every rank starts from
+        rank 0's weights (ranks seed their LoRA initializations apart). Build optimizers
+        after this: the parameters become DTensor shards. The KL reference of full fine-tuning
+        stays whole on every rank. One forward through each module makes it FSDP's root,
+        before `generate` can run a layer alone (which would make that layer the root);
+        the root keeps its weights gathered after a forward, so they are resharded.
+        """
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        for net in self._modules():
+            for tensor in [*net.parameters(), *net.buffers()]:  # rank 0's initialization, as DDP does
+                dist.broadcast(tensor.data, src=0)
+            for layer in _base_lm(net.lm).get_decoder().layers:
+                fully_shard(layer)
+            fully_shard(net)
+            one = torch.ones(1, 1, dtype=torch.long, device=self.device)
+            with torch.no_grad():
+                net.eval()(one, one, logits_to_keep=1)
+            net.reshard()
+            for module in net.modules():  # `load` keeps working: whole tensors in, this rank's shards kept
+                module.register_load_state_dict_pre_hook(_shard_on_load)
+        self.sharded = True
+
+    @contextlib.contextmanager
+    def gathered(self) -> Iterator[None]:
+        """Sharded weights gathered whole on every rank for the block, which then runs its
+        forward and backward passes with no collective (`gradient_sync_off` keeps backward
+        passes local until the one that reduces the gradients). Every rank must enter it
+        together. Parameters read inside it (`parameters_of`, `state_dict`) are the gathered
+        copies: step optimizers on the shards they were built with. A no-op when unsharded."""
+        if not self.sharded:
+            yield
+            return
+        modules = [m for net in self._modules() for m in fsdp_modules(net)]
+        for m in modules:
+            m.set_reshard_after_forward(False, recurse=False)
+            m.set_reshard_after_backward(False, recurse=False)
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in modules:
+                m.reshard()
+                m.set_reshard_after_forward(True, recurse=False)
+                m.set_reshard_after_backward(True, recurse=False)
+
+    def _modules(self) -> list[nn.Module]:
+        """The distinct trainable modules (one with LoRA; one per policy and critic otherwise)."""
+        return list({id(n): n for n in self._raw.values()}.values())
+
     def to(self, device: torch.device | str) -> Policy:
-        for net in {id(n): n for n in self._raw.values()}.values():
+        for net in self._modules():
             net.to(device)
         if self._ref_model is not None:
             self._ref_model.to(device)
@@ -326,24 +392,42 @@ class Policy:
 
     # --- saving and loading -------------------------------------------------------------
 
-    def save(self, directory: str | Path) -> None:
+    def state_dicts(self) -> dict[str, dict[str, Tensor]]:
+        """Each policy's module's state dict, for `save`. Sharded: gathered whole onto the
+        main rank's CPU (a collective: every rank calls it, the others get empty dicts);
+        with LoRA only the trainable weights are gathered, not the frozen base."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=self.lora)
+        states = {id(net): get_model_state_dict(net, options=opts) if self.sharded else net.state_dict()
+                  for net in self._modules()}  # fmt: skip
+        return {name: states[id(net)] for name, net in self._raw.items()}
+
+    def save(self, directory: str | Path, state: dict[str, dict[str, Tensor]] | None = None) -> None:
         """Write every policy to `directory/<name>/` and the tokenizer to `directory/`.
 
         LoRA: stock peft adapter dirs (`PeftModel.from_pretrained(base, directory/"target")`
         loads one). Full FT: `save_pretrained` dirs (with the tokenizer: standalone models).
         Each critic's value head goes to `directory/<critic>/value_head.safetensors`.
+        `state`: `state_dicts()` (required when sharded: gathered on every rank, written by one).
         """
+        if state is None:
+            if self.sharded:
+                raise RuntimeError("a sharded Policy saves state_dicts() gathered on every rank: save(dir, state)")
+            state = self.state_dicts()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.tokenizer.save_pretrained(directory)
         if self.lora:
-            self._peft.save_pretrained(directory, selected_adapters=self._all_names())
+            lm = _part(state["target"], "lm.")
+            self._peft.save_pretrained(directory, selected_adapters=self._all_names(), state_dict=lm)
         else:
             for name in self._all_names():
-                self._raw[name].lm.save_pretrained(directory / name)
+                self._raw[name].lm.save_pretrained(directory / name, state_dict=_part(state[name], "lm."))
                 self.tokenizer.save_pretrained(directory / name)
         for critic in self.critics:
-            save_file(self._raw[critic].value_heads[critic].state_dict(), directory / critic / VALUE_HEAD_FILE)
+            save_file(_part(state[critic], f"value_heads.{critic}."), directory / critic / VALUE_HEAD_FILE)
         meta = {"lora": self.lora, "policies": self.names, "critic": bool(self.critics)}
         (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -421,6 +505,43 @@ def build_policy(
     return policy
 
 
+def _base_lm(lm: nn.Module) -> PreTrainedModel:
+    """The Hugging Face model under a peft wrapper (or `lm` itself)."""
+    return lm.get_base_model() if isinstance(lm, peft.PeftModel) else lm
+
+
+def fsdp_modules(net: nn.Module) -> list[nn.Module]:
+    """The modules of `net` that FSDP2 sharded (none when unsharded)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in net.modules() if isinstance(m, FSDPModule)]
+
+
+def _shard_on_load(module: nn.Module, state: dict, prefix: str, *_) -> None:
+    """A load_state_dict pre-hook: each whole tensor loaded into a sharded (DTensor)
+    parameter of `module` is cut to this rank's shard first (locally: every rank has it)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    for name, param in module.named_parameters(recurse=False):
+        value = state.get(prefix + name)
+        if isinstance(param, DTensor) and value is not None and not isinstance(value, DTensor):
+            state[prefix + name] = distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+
+
+@contextlib.contextmanager
+def gradient_sync_off(net: nn.Module) -> Iterator[None]:
+    """FSDP2's `no_sync`: backward passes inside accumulate unsharded gradients locally,
+    with no collective; the next backward outside reduce-scatters the sum."""
+    modules = fsdp_modules(net)
+    for m in modules:
+        m.set_requires_gradient_sync(False, recurse=False)
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.set_requires_gradient_sync(True, recurse=False)
+
+
 def enable_checkpointing(model: PreTrainedModel, lora: bool) -> None:
     """Activation (gradient) checkpointing: each decoder layer keeps only its input and
     recomputes the rest in the backward pass.
@@ -476,6 +597,11 @@ def _load_safetensors(model: nn.Module, directory: Path) -> None:
     tied = {n for n in missing if n.endswith("lm_head.weight")}  # tied to the embeddings, not saved
     if missing - tied:
         raise ValueError(f"{directory}: weights missing: {sorted(missing - tied)[:3]}")
+
+
+def _part(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """The entries of `state` under `prefix`, with the prefix removed."""
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 def _saved(directory: Path) -> list[str]:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs, gather_object, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, DistributedType, gather_object, set_seed
 
 from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS
 from rspo.batch import EXPLORER, TARGET
-from rspo.config import Config, dump
+from rspo.config import Config, ConfigError, dump
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
 from rspo.log import Logger, format_transcript, write_json
 from rspo.rewards.buffer import ReplayBuffer, resume_state
@@ -69,6 +69,14 @@ def setup(cfg: Config) -> Run:
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
     acc = Accelerator(kwargs_handlers=[ddp], mixed_precision="bf16" if cfg.model.dtype == "bfloat16" else "no")
     set_seed(cfg.train.seed + acc.process_index)
+    if acc.distributed_type == DistributedType.DEEPSPEED:
+        raise ConfigError(
+            "DeepSpeed is not supported (its engine takes one model with one optimizer; rspo steps one per "
+            "policy and critic): shard with configs/accelerate/fsdp.yaml instead, see the README, 'GPU and multi-GPU'"
+        )
+    shard = cfg.train.fsdp or acc.distributed_type == DistributedType.FSDP
+    if shard and not acc.use_distributed:
+        raise ConfigError("train.fsdp=true shards over processes: use `accelerate launch --num_processes N`")
     if cfg.sft.episodes > 0 and not cfg.model.init_from:
         cfg.model.init_from = str(warm_start(cfg, acc))
     rspo = cfg.reward.mode == "rspo"
@@ -83,7 +91,10 @@ def setup(cfg: Config) -> Run:
         device=acc.device,
     )
     acc.print(estimate_for(cfg, policy).report())
-    policy.wrap(acc.prepare)
+    if shard:
+        policy.shard()  # rspo's own FSDP2, not accelerate's: see rspo.policy
+    else:
+        policy.wrap(acc.prepare)
     learners = {"target": make_learner(acc, policy, cfg, "target", cfg.train.lr)}
     if rspo:
         learners["explorer"] = make_learner(acc, policy, cfg, "explorer", cfg.rspo.explorer_lr or cfg.train.lr)
@@ -123,17 +134,18 @@ def rl_step(run: Run) -> dict[str, float]:
     if run.buffer is not None:
         plans.append(Plan("explorer", cfg.rspo.explorer_rollouts, EXPLORER))
     tasks = sample_tasks(run)
-    ro = collect(
-        run.policy,
-        run.pool,
-        cfg.env.name,
-        tasks,
-        plans,
-        cfg.rollout,
-        temperature=cfg.rollout.temperature,
-        max_turns=run.max_turns,
-        progress=cfg.log.progress,
-    )
+    with run.policy.gathered():  # FSDP: each rank runs its own number of generate calls
+        ro = collect(
+            run.policy,
+            run.pool,
+            cfg.env.name,
+            tasks,
+            plans,
+            cfg.rollout,
+            temperature=cfg.rollout.temperature,
+            max_turns=run.max_turns,
+            progress=cfg.log.progress,
+        )
     batch, metrics = ro.batch, rollout_metrics(ro, cfg)
     faults = sum(bool(t.fault) for t in ro.trajectories)  # trajectories whose env failed (ended as failed)
     counts = gather_object([(int(ro.timing["env_steps"]), faults)])  # every rank's (env steps, faults)
@@ -204,12 +216,13 @@ def success_of(batch, trajectories) -> torch.Tensor:
 
 
 def save(run: Run) -> None:
+    weights = run.policy.state_dicts()  # FSDP: gathered onto the main rank (all ranks take part)
     state = {name: l.state_dict() for name, l in run.learners.items()}
     state["rank_buffer"] = gather_object([run.buffer.state_dict()]) if run.buffer is not None else None
     state["rank_rng"] = gather_object([checkpoint.rng_state()])  # each rank samples its own stream
     state["env_steps"], state["curve"], state["before"] = run.env_steps, run.curve, run.before
     if run.acc.is_main_process:
-        checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg))
+        checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg), weights)
     run.acc.wait_for_everyone()
 
 
@@ -241,8 +254,11 @@ def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
     results: dict[str, float] = {}
     records = {}
     for adapter, prefix in adapters.items():
-        records[adapter] = evaluate_tasks(run.policy, run.pool, run.cfg, adapter=adapter, rank=run.acc.process_index,
-                                          world=run.acc.num_processes, gather=gather_object)  # fmt: skip
+        rank, world = run.acc.process_index, run.acc.num_processes
+        with run.policy.gathered():
+            records[adapter] = evaluate_tasks(
+                run.policy, run.pool, run.cfg, adapter=adapter, rank=rank, world=world, gather=gather_object
+            )
         results |= metrics_of(records[adapter], prefix)
     run.logger.scalars(results, run.step)
     compact = [{k: r[k] for k in ("split", "task_index", "task_type", "won", "score")} for r in records["target"]]

@@ -30,14 +30,20 @@ import time
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
 from rspo.algorithms import ALGORITHMS, turns_from_batch
 from rspo.algorithms.losses import low_var_kl, masked_mean, policy_loss
 from rspo.algorithms.ppo import value_loss, whiten
 from rspo.batch import REPLAY, TurnBatch, cat
-from rspo.policy import critic_name
+from rspo.policy import critic_name, fsdp_modules, gradient_sync_off
 from rspo.rewards.modes import LearnerData
 from rspo.segment import Segments
 
@@ -53,18 +59,42 @@ class Learner:
     critic: str | None = None  # the critic's name in the policy (PPO)
     critic_optimizer: torch.optim.Optimizer | None = None
     skipped_in_a_row: int = 0  # updates skipped for NaN/inf since the last one applied
+    sharded: dict[str, nn.Module] | None = None  # FSDP: the module holding each optimizer's parameters
 
     def state_dict(self) -> dict:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """Optimizer and scheduler states. Sharded: the optimizers' states gathered whole
+        onto the main rank's CPU (a collective: every rank calls it)."""
+        state = {"optimizer": self._optimizer_state("optimizer"), "scheduler": self.scheduler.state_dict()}
         if self.critic_optimizer is not None:
-            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+            state["critic_optimizer"] = self._optimizer_state("critic_optimizer")
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_optimizer_state("optimizer", state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic_optimizer is not None:
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self._load_optimizer_state("critic_optimizer", state["critic_optimizer"])
+
+    def _optimizer_state(self, field: str) -> dict:
+        opt = getattr(self, field)
+        if self.sharded is None:
+            return opt.state_dict()
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(self.sharded[field], opt.optimizer, options=options)
+
+    def _load_optimizer_state(self, field: str, state: dict) -> None:
+        opt = getattr(self, field)
+        by_name = any(isinstance(p, str) for g in state["param_groups"] for p in g["params"])  # FSDP's format
+        if by_name != (self.sharded is not None):
+            raise ValueError(
+                f"this checkpoint's optimizer state was saved by {'an FSDP' if by_name else 'an unsharded'} run; "
+                f"resume it with train.fsdp={str(by_name).lower()} (its weights load either way: model.init_from)"
+            )
+        if self.sharded is None:
+            opt.load_state_dict(state)
+        else:  # every rank holds the whole state and keeps its shards of it
+            options = StateDictOptions(full_state_dict=True)
+            set_optimizer_state_dict(self.sharded[field], opt.optimizer, state, options=options)
 
 
 def make_learner(acc, policy, cfg, name: str, lr: float) -> Learner:
@@ -76,7 +106,14 @@ def make_learner(acc, policy, cfg, name: str, lr: float) -> Learner:
         learner.critic = critic_name(name)
         params = policy.parameters_of(learner.critic)
         learner.critic_optimizer = acc.prepare_optimizer(torch.optim.AdamW(params, lr=cfg.algo.critic_lr))
+    if policy.sharded:
+        learner.sharded = {"optimizer": policy.nets[name], "critic_optimizer": policy.nets.get(learner.critic)}
     return learner
+
+
+def optimized(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """The parameters `optimizer` steps (under FSDP: the shards, not the gathered copies)."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
 
 
 def chunks(rows: Tensor, size: int) -> list[Tensor]:
@@ -84,11 +121,13 @@ def chunks(rows: Tensor, size: int) -> list[Tensor]:
 
 
 def accumulate(acc, net, n: int, micro_batch: int):
-    """Micro-batches of `n` rows, each with its gradient-sync context: under DDP, gradients
-    are all-reduced only in the last micro-batch's backward (`no_sync` before it)."""
+    """Micro-batches of `n` rows, each with its gradient-sync context: under DDP (FSDP),
+    gradients are all-reduced (reduce-scattered) only in the last micro-batch's backward
+    (`no_sync` / `gradient_sync_off` before it), so ranks may run different counts."""
     parts = chunks(torch.arange(n), micro_batch)
+    no_sync = gradient_sync_off if fsdp_modules(net) else acc.no_sync
     for i, rows in enumerate(parts):
-        yield rows, contextlib.nullcontext() if i == len(parts) - 1 else acc.no_sync(net)
+        yield rows, contextlib.nullcontext() if i == len(parts) - 1 else no_sync(net)
 
 
 @torch.no_grad()
@@ -111,7 +150,8 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     if minibatches == 0:
         return {}
     algo, a = ALGORITHMS[cfg.algo.name], cfg.algo
-    values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
+    with policy.gathered():
+        values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
     turns = turns_from_batch(view, data.reward[data.rows], values)
     t_adv = time.perf_counter()
     adv, returns = algo.advantages(turns, norm=a.norm, gamma=a.gamma, lam=a.gae_lambda, step_weight=a.step_weight)
@@ -131,9 +171,10 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     for _ in range(cfg.train.epochs):
         for mb in torch.randperm(len(view)).tensor_split(minibatches):
             x = view.select(mb)
-            results = [policy_step(acc, policy, learner, x, adv[mb], offpolicy[mb], weights[mb], cfg, bad_inputs)]
-            if learner.critic:
-                results.append(critic_step(acc, policy, learner, x, values[mb], returns[mb], cfg, bad_inputs))
+            with policy.gathered():  # FSDP: weights gathered once per minibatch, after the last step
+                results = [policy_step(acc, policy, learner, x, adv[mb], offpolicy[mb], weights[mb], cfg, bad_inputs)]
+                if learner.critic:
+                    results.append(critic_step(acc, policy, learner, x, values[mb], returns[mb], cfg, bad_inputs))
             for m in results:
                 for k, v in (m or {}).items():
                     sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
@@ -219,7 +260,9 @@ def optimizer_step(
     gradients are dropped and neither weights nor optimizer state change. The flags, the
     norm and the terms reach the host together: the minibatch's one host sync.
     """
-    norm = torch.as_tensor(acc.clip_grad_norm_(params, max_norm), dtype=torch.float32, device=acc.device)
+    norm = acc.clip_grad_norm_(params, max_norm)
+    norm = norm.full_tensor() if isinstance(norm, DTensor) else norm  # FSDP: the shards' norm, reduced
+    norm = torch.as_tensor(norm, dtype=torch.float32, device=acc.device)
     terms = terms.detach().float().to(acc.device).reshape(-1)
     bad = (~terms.isfinite()).any().float().reshape(1) + float(skip)
     flags = acc.reduce(bad, reduction="sum")  # bad ranks (a no-op on one process)
@@ -249,7 +292,7 @@ def policy_step(
             acc.backward(loss * share)
         for k, v in m.items():
             sums[k] = sums.get(k, 0.0) + v * share  # stays on the device
-    params, terms = policy.parameters_of(learner.name), torch.stack(list(sums.values()))
+    params, terms = optimized(learner.optimizer), torch.stack(list(sums.values()))
     host = optimizer_step(acc, learner.optimizer, params, cfg.train.max_grad_norm, skip, terms)
     if host is None:
         return None
@@ -273,7 +316,7 @@ def critic_step(
             )
             acc.backward(loss * len(rows) / len(mb))
         total = total + loss.detach() * len(rows) / len(mb)
-    params = policy.parameters_of(learner.critic)
+    params = optimized(learner.critic_optimizer)
     host = optimizer_step(acc, learner.critic_optimizer, params, cfg.train.max_grad_norm, skip, total)
     return None if host is None else {"loss/value": host[1]}
 
