@@ -44,6 +44,8 @@ def main() -> None:
         after = checksum(run.policy)
         buffer = [e.task for e in run.buffer._entries] if run.buffer is not None else None
         moments = total(adam_moments(run.learners["target"]))
+        local = [m.to_local() if isinstance(m, DTensor) else m for m in adam_moments(run.learners["target"])]
+        moment_bytes = sum(m.numel() * m.element_size() for m in local)  # what this rank holds
         save(run)
         with torch.no_grad():
             for p in run.policy.parameters_of("target") + adam_moments(run.learners["target"]):
@@ -68,6 +70,7 @@ def main() -> None:
                     "restored": restored,
                     "resumed": resumed,
                     "moments": moments,
+                    "moment_bytes": moment_bytes,
                 }
             ]
         )

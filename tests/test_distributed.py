@@ -99,6 +99,8 @@ def test_fsdp_trains_as_ddp(warm_model, tmp_path, lora):
     check_synchronized(*fsdp)
     assert [r["tasks"] for r in fsdp] == [r["tasks"] for r in ddp]
     assert fsdp[0]["before"] == ddp[0]["before"]  # rank 0's initialization, on every rank
+    # each rank holds about half of Adam's moments (uneven shards: a (1, H) head is not halved)
+    assert [r["moment_bytes"] for r in fsdp] == pytest.approx([ddp[0]["moment_bytes"] / 2] * 2, rel=0.05)
     # the same samples and updates; only the gradients' reduction order differs (seen: the
     # weights' checksums equal to 15 digits, the gradient norms to 8)
     assert fsdp[0]["after"] == pytest.approx(ddp[0]["after"], rel=1e-6)

@@ -75,6 +75,7 @@ def test_lora_all_linear_trains_every_linear_layer_and_the_optimizer_state_is_as
     opt.step()
     state = sum(t.numel() * t.element_size() for s in opt.state.values() for k, t in s.items() if k != "step")
     assert est.optimizer == 2 * state  # both adapters' optimizers
+    assert estimate_for(cfg, policy, shards=2).optimizer == state  # FSDP over 2 processes: half each
 
 
 def test_kv_cache_estimate_matches_a_forward_pass_cache():

@@ -2,7 +2,9 @@
 
     parameters      every weight held (base, adapters, value heads, full-FT copies): counted
     trainable       the parameters the optimizers train, and their gradients: counted
-    optimizer       AdamW's two moments per trainable parameter (in the parameter's dtype)
+    optimizer       AdamW's two moments per trainable parameter (in the parameter's dtype);
+                    under FSDP (`shards` processes) each process holds 1 / shards of them.
+                    Weights and gradients are gathered whole for each pass, so they count whole
     kv_cache        one generate call: rollout.micro_batch sequences of
                     max_prompt_tokens + max_new_tokens positions, K and V in every layer
     activations     what one update micro-batch (train.micro_batch sequences of that
@@ -106,8 +108,11 @@ def activation_bytes(
     return c.num_hidden_layers * per_layer + logits, 2 * logits
 
 
-def estimate(cfg: Config, model_config, parameters: Iterable[nn.Parameter], trainable: Iterable[nn.Parameter]):
-    """The estimate for a run of `cfg` whose policy holds `parameters`, training `trainable`."""
+def estimate(
+    cfg: Config, model_config, parameters: Iterable[nn.Parameter], trainable: Iterable[nn.Parameter], shards: int = 1
+):
+    """The estimate, per process, for a run of `cfg` whose policy holds `parameters`, training
+    `trainable`, its optimizer state sharded over `shards` processes."""
     parameters, trainable = list(parameters), list(trainable)
     dtype = getattr(torch, cfg.model.dtype)
     trainable_bytes = unique_bytes(trainable)
@@ -118,16 +123,16 @@ def estimate(cfg: Config, model_config, parameters: Iterable[nn.Parameter], trai
     return MemoryEstimate(
         parameters=unique_bytes(parameters),
         trainable=trainable_bytes,
-        optimizer=2 * trainable_bytes,
+        optimizer=2 * trainable_bytes // shards,
         kv_cache=kv_cache_bytes(model_config, cfg.rollout.micro_batch, positions, dtype),
         activations=kept,
         backward_extra=extra,
     )
 
 
-def estimate_for(cfg: Config, policy) -> MemoryEstimate:
-    """`estimate` for a built `rspo.policy.Policy`."""
-    return estimate(cfg, policy.model_config, policy.parameters(), policy.trainable_parameters())
+def estimate_for(cfg: Config, policy, shards: int = 1) -> MemoryEstimate:
+    """`estimate` for a built (not yet sharded) `rspo.policy.Policy`."""
+    return estimate(cfg, policy.model_config, policy.parameters(), policy.trainable_parameters(), shards)
 
 
 def _size(dtype: torch.dtype) -> int:

@@ -90,7 +90,7 @@ def setup(cfg: Config) -> Run:
         reference=cfg.algo.kl_coef > 0,
         device=acc.device,
     )
-    acc.print(estimate_for(cfg, policy).report())
+    acc.print(estimate_for(cfg, policy, shards=acc.num_processes if shard else 1).report())
     if shard:
         policy.shard()  # rspo's own FSDP2, not accelerate's: see rspo.policy
     else:
