@@ -1,4 +1,4 @@
-"""Data-parallel scaling on CPU: RL iterations with 1 vs 2 processes, tiny model, one run.
+"""Data-parallel scaling on CPU: RL iterations with 1 vs 2 processes, and 2 under FSDP, one run.
 
     PYTHONPATH=src python benchmarks/bench_processes.py [--quick] [--steps 3]
 
@@ -6,8 +6,10 @@ Each process plays its own `rollout.num_tasks` tasks and trains on them (DDP ove
 launched with configs/accelerate/ddp.yaml and ACCELERATE_USE_CPU=true, OMP_NUM_THREADS=1
 per process), so 2 processes do twice the work per iteration; the ratio of throughputs
 (trajectories and response tokens per second over all ranks) is the scaling. Ideal: 2.0
-on 2 idle cores. Small WebShop, random tiny model, no warm start; one untimed warm-up
-iteration per run. Prints the load average too: other jobs on the machine lower the ratio.
+on 2 idle cores. Then 2 processes again with `train.fsdp=true` (rspo's FSDP2: weights
+gathered for each rollout and minibatch): the FSDP vs DDP ratio is what sharding costs.
+Small WebShop, random tiny model, no warm start; one untimed warm-up iteration per run.
+Prints the load average too: other jobs on the machine lower the ratios.
 """
 
 from __future__ import annotations
@@ -32,14 +34,17 @@ CONFIG = [  # the tests' small WebShop, with a 2-layer model and 16 trajectories
 ]  # fmt: skip
 
 
-def worker(out: str, steps: int) -> None:
+RUNS = [("1 process", 1, []), ("2 processes, DDP", 2, []), ("2 processes, FSDP", 2, ["train.fsdp=true"])]
+
+
+def worker(out: str, steps: int, overrides: list[str]) -> None:
     """Under `accelerate launch` (or alone): time `steps` iterations; rank 0 writes JSON."""
     from accelerate.utils import gather_object
 
     from rspo.config import load_config
     from rspo.train import rl_step, setup
 
-    cfg = load_config(None, [*CONFIG, f"train.output_dir={out}.run"])
+    cfg = load_config(None, [*CONFIG, f"train.output_dir={out}.run", *overrides])
     run = setup(cfg)
     try:
         rl_step(run)  # warm-up
@@ -63,10 +68,10 @@ def worker(out: str, steps: int) -> None:
         run.pool.close()
 
 
-def launch(processes: int, steps: int, tmp: Path) -> dict:
-    out = tmp / f"p{processes}.json"
+def launch(processes: int, steps: int, tmp: Path, *overrides: str) -> dict:
+    out = tmp / f"p{processes}{'-'.join(overrides)}.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT / 'benchmarks'}"}
-    me = [str(Path(__file__).resolve()), "--worker", str(out), "--steps", str(steps)]
+    me = [str(Path(__file__).resolve()), "--worker", str(out), "--steps", str(steps), *overrides]
     if processes == 1:
         cmd = [sys.executable, *me]
     else:
@@ -85,20 +90,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed iterations per run")
     parser.add_argument("--quick", action="store_true", help="one timed iteration")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args, overrides = parser.parse_known_args()
     steps = 1 if args.quick else args.steps
     if args.worker:
-        return worker(args.worker, steps)
+        return worker(args.worker, steps, overrides)
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {p: launch(p, steps, Path(tmp)) for p in (1, 2)}
-    for p, r in runs.items():
+        runs = {label: launch(p, steps, Path(tmp), *o) for label, p, o in RUNS}
+    rate = {label: r["trajectories"] / r["wall_s"] for label, r in runs.items()}
+    for label, r in runs.items():
         print(
-            f"{p} process(es): {r['trajectories'] / r['wall_s']:6.2f} trajectories/s   "
+            f"{label:22s} {rate[label]:6.2f} trajectories/s   "
             f"{r['tokens'] / r['wall_s']:7.0f} response tokens/s   ({r['wall_s']:.1f} s for {steps} iterations)"
         )
-    ratio = (runs[2]["trajectories"] / runs[2]["wall_s"]) / (runs[1]["trajectories"] / runs[1]["wall_s"])
-    print(f"2 vs 1 processes: x{ratio:.2f} trajectories/s (ideal x2.00)")
+    print(f"2 vs 1 processes: x{rate['2 processes, DDP'] / rate['1 process']:.2f} trajectories/s (ideal x2.00)")
+    print(f"FSDP vs DDP, 2 processes: x{rate['2 processes, FSDP'] / rate['2 processes, DDP']:.2f} trajectories/s")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
