@@ -24,8 +24,9 @@ over the ranks, so every forward pass would be a collective that all ranks must 
 alike, which rollouts (a rank-dependent number of `generate` calls) do not. So rspo
 gathers the weights whole for a block of passes (`gathered()`: a rollout, an eval, one
 minibatch's update) and runs them with no collective but the gradients' reduce-scatter,
-once, in the minibatch's last backward (`gradient_sync_off` before it). The memory this
-saves is ZeRO-2's (gradients and optimizer state sharded) plus the weights at rest.
+once, in the minibatch's last backward (`gradient_sync_off` before it). What this
+saves is the optimizer state (each rank keeps its shard), and weights and gradients
+between blocks; inside one, a rank holds the whole weights (and, updating, gradients).
 
 Padding: prompts are left-padded, responses right-padded; attention masks are always
 passed in explicitly (pad may equal eos) and position ids are derived from them the way
