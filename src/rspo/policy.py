@@ -132,6 +132,7 @@ class Policy:
         self.active = "target"
         self._in_reference = False
         self.sharded = False  # FSDP2 (`shard`)
+        self._gathered = False  # inside `gathered()`
         if cfg.gradient_checkpointing:
             enable_checkpointing(model, lora=self.lora)
         heads = {c: _value_head(model.config.hidden_size, model.device) for c in self.critics}
@@ -353,9 +354,10 @@ class Policy:
         passes local until the one that reduces the gradients). Every rank must enter it
         together. Parameters read inside it (`parameters_of`, `state_dict`) are the gathered
         copies: step optimizers on the shards they were built with. A no-op when unsharded."""
-        if not self.sharded:
+        if not self.sharded or self._gathered:  # nested: the outer block gathers and reshards
             yield
             return
+        self._gathered = True
         modules = [m for net in self._modules() for m in fsdp_modules(net)]
         for m in modules:
             m.set_reshard_after_forward(False, recurse=False)
@@ -364,6 +366,7 @@ class Policy:
         try:
             yield
         finally:
+            self._gathered = False
             for m in modules:
                 m.reshard()
                 m.set_reshard_after_forward(True, recurse=False)
