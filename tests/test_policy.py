@@ -274,19 +274,62 @@ def test_random_qwen_has_the_published_size():
     assert sum(p.numel() for p in model.parameters()) == 1_543_714_304  # Qwen2.5-1.5B, tied embeddings
 
 
-def test_wrap_refuses_weight_sharding_engines(monkeypatch):
+@pytest.fixture
+def one_rank(monkeypatch):
+    """A one-process gloo group: FSDP2 runs on CPU too (not through accelerate)."""
     import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29541")
-    dist.init_process_group("gloo", rank=0, world_size=1)  # FSDP2 runs on CPU too (not through accelerate)
-    try:
-        policy = make_policy()
-        with pytest.raises(NotImplementedError, match="ddp.yaml"):
-            policy.wrap(fully_shard)
-    finally:
-        dist.destroy_process_group()
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_wrap_refuses_weight_sharding_engines(one_rank):
+    from torch.distributed.fsdp import fully_shard
+
+    policy = make_policy()
+    with pytest.raises(NotImplementedError, match="train.fsdp=true"):
+        policy.wrap(fully_shard)  # accelerate's way: sharded under rollouts' rank-dependent passes
+
+
+def test_sharded_policy_runs_gathered_and_saves_whole_weights(one_rank, tmp_path):
+    """FSDP2 (one rank here; two in test_distributed.py): parameters are shards; inside
+    `gathered()` the passes give the unsharded policy's numbers; `save` writes whole
+    weights that an unsharded Policy loads, and `load` cuts them back into shards."""
+    from torch.distributed.tensor import DTensor
+
+    policy = make_policy(adapters=["target", "explorer"], critic=True)
+    train_steps(policy, "target")
+    with torch.no_grad():
+        for p in policy.parameters_of(CRITIC):  # the head starts at zero: make the values tell
+            p.normal_(std=0.1)
+    ids, mask = batch(policy.tokenizer)
+
+    def passes(p: Policy):
+        with torch.no_grad(), p.gathered(), p.use("target"):
+            return p.logprobs(ids, mask, 4)[0], p.values(ids, mask)
+
+    expected = passes(policy)
+    assert expected[1].abs().min() > 0
+    policy.shard()
+    assert all(isinstance(p, DTensor) for p in policy.parameters_of("target") + policy.parameters_of(CRITIC))
+    for got, want in zip(passes(policy), expected):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(RuntimeError, match="state_dicts"):
+        policy.save(tmp_path / "ckpt")  # the whole weights must be gathered on every rank first
+    policy.save(tmp_path / "ckpt", policy.state_dicts())
+    fresh = make_policy(adapters=["target", "explorer"], critic=True)
+    fresh.load(tmp_path / "ckpt")
+    for got, want in zip(passes(fresh), expected):
+        torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        for p in policy.parameters_of("target") + policy.parameters_of(CRITIC):
+            p.zero_()
+    policy.load(tmp_path / "ckpt")
+    for got, want in zip(passes(policy), expected):
+        torch.testing.assert_close(got, want)
 
 
 def test_wrap_routes_differentiable_forwards_through_the_wrapper():
