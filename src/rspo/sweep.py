@@ -386,7 +386,8 @@ def plot(table: dict, all_runs: list[dict], out_dir: Path) -> list[Path]:
                     for j, x_key in enumerate(("step", "env_steps")):
                         x = np.mean([[p[x_key] for p in r["curve"][:n]] for r in arm], axis=0)
                         ax = axes[i, j]
-                        (line,) = ax.plot(x, y.mean(0), marker="o", ms=3, label=f"{mode} ({len(arm)} seeds)")
+                        seeds = f"{len(arm)} seed" + "s" * (len(arm) > 1)
+                        (line,) = ax.plot(x, y.mean(0), marker="o", ms=3, label=f"{mode} ({seeds})")
                         if len(arm) > 1:
                             ax.fill_between(x, y.mean(0) - y.std(0, ddof=1), y.mean(0) + y.std(0, ddof=1),
                                             color=line.get_color(), alpha=0.2)  # fmt: skip
