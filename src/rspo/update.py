@@ -171,7 +171,7 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
     for _ in range(cfg.train.epochs):
         for mb in torch.randperm(len(view)).tensor_split(minibatches):
             x = view.select(mb)
-            with policy.gathered():  # FSDP: weights gathered once per minibatch, after the last step
+            with policy.gathered():  # FSDP: gathered anew per minibatch (the last step changed the shards)
                 results = [policy_step(acc, policy, learner, x, adv[mb], offpolicy[mb], weights[mb], cfg, bad_inputs)]
                 if learner.critic:
                     results.append(critic_step(acc, policy, learner, x, values[mb], returns[mb], cfg, bad_inputs))
