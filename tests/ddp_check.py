@@ -77,7 +77,6 @@ def main() -> None:
         if run.acc.is_main_process:
             with open(out, "w") as f:
                 json.dump({"num_processes": run.acc.num_processes, "ranks": rows}, f)
-        run.acc.end_training()  # destroys the process group before exit, as `rspo train` does
     finally:
         run.pool.close()
 

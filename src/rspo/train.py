@@ -298,9 +298,6 @@ def train(cfg: Config) -> dict:
             print(
                 f"TensorBoard logs: {Path(cfg.train.output_dir) / 'tb'}  (tensorboard --logdir {cfg.train.output_dir})"
             )
-        # a process group left to interpreter exit can abort a rank there (gloo: "terminate
-        # called without an active exception", seen once with DDP and four full-FT models)
-        run.acc.end_training()
         return {"before": before, "after": after, "history": history}
     finally:
         run.logger.close()
