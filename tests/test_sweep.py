@@ -9,7 +9,7 @@ import yaml
 from conftest import SMALL
 
 from rspo.config import ConfigError, load_config
-from rspo.sweep import collect, execute, load_experiment, runs, warm_start_key
+from rspo.sweep import collect, compare, execute, load_experiment, markdown, runs, warm_start_key
 
 
 def write_experiment(tmp_path, warm_model, **extra):
@@ -87,3 +87,45 @@ def test_warm_start_key_follows_what_sft_learns_from():
     assert key("rollout.history_length=1") != base
     assert key("train.seed=1") != base
     assert key("sft.episodes=10") != base
+
+
+def _run(mode: str, curve: list[tuple[int, int, list[int]]]) -> dict:
+    """A finished run on one split of 4 tasks: curve = (step, env steps, per-task wins)."""
+
+    def tasks(wins):
+        return [{"split": "test", "task_index": i, "task_type": "t", "won": w, "score": float(w)}
+                for i, w in enumerate(wins)]  # fmt: skip
+
+    points = [{"step": s, "env_steps": e, "tasks": tasks(w)} for s, e, w in curve]
+    return {"env": "alfworld", "algo": "grpo", "mode": mode, "seed": 0, "commit": "c0ffee", "wall_s": 1.0,
+            "env_steps": curve[-1][1], "curve": points,
+            "before_tasks": points[0]["tasks"], "after_tasks": points[-1]["tasks"]}  # fmt: skip
+
+
+def test_equal_env_steps_reads_each_run_within_the_budget():
+    # outcome: 9,000 env steps by iteration 10, 18,000 by 20; rspo's explorer doubles its
+    # env steps per iteration: 13,000 by 10, 26,000 by 20
+    runs_ = [_run("outcome", [(0, 0, [0, 0, 0, 0]), (10, 9_000, [1, 0, 0, 0]), (20, 18_000, [1, 1, 0, 0])]),
+             _run("rspo", [(0, 0, [0, 0, 0, 0]), (10, 13_000, [1, 1, 1, 0]), (20, 26_000, [1, 1, 1, 1])])]  # fmt: skip
+
+    def read(budget):
+        row = compare(runs_, budget)["alfworld"]["grpo"]["test"]["rspo"]
+        return row["env_step_budget"], row["equal_env_steps/read_at_step"], row["equal_env_steps/success"]["diff"]
+
+    # no budget: the smallest total, 18,000: outcome at 20 (2/4), rspo at 10 (3/4): +0.25
+    assert read(None) == (18_000, [10], 0.25)
+    # 27,000 covers both runs whole: outcome at 20 (2/4), rspo at 20 (4/4): +0.5, the same
+    # as at equal iterations
+    assert read(27_000) == (27_000, [20], 0.5)
+    # 10,000: outcome at 10 (1/4), rspo only at its start (0/4): -0.25
+    assert read(10_000) == (10_000, [0], -0.25)
+    md = markdown(compare(runs_, 27_000), runs_)
+    assert "grpo: budget 27,000 env steps (fixed by `env_step_budget`)" in md
+    assert "read at iteration: outcome 20; rspo 20." in md
+
+
+def test_env_step_budget_must_be_a_positive_integer(warm_model, tmp_path):
+    for bad in (0, -5, 2.5, "27k", True):
+        with pytest.raises(ConfigError, match="env_step_budget must be a positive integer"):
+            load_experiment(write_experiment(tmp_path, warm_model, env_step_budget=bad))
+    assert load_experiment(write_experiment(tmp_path, warm_model, env_step_budget=27_000)).env_step_budget == 27_000

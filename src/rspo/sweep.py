@@ -8,6 +8,7 @@ An experiment file names a base run config, a grid of dotted keys, and where thi
     results_dir: benchmarks/results/small      # results.json, results.md, curves_*.png
     parallel: 1                                # runs at a time: 0 = in this process, k = k child processes
     launcher: accelerate launch --multi_gpu -m  # optional: how a child starts `rspo train` (default: python -m)
+    env_step_budget: 27000                     # optional: where "equal environment steps" reads every run
     overrides: {train.steps: 40}               # dotted keys applied to every run (optional)
     grid:                                      # every combination is one run
       algo.name: [grpo, gigpo]
@@ -22,11 +23,12 @@ from its latest checkpoint (`train.resume=auto`). `--collect` only rebuilds the 
 The comparison: every run evaluates the same fixed task set before and after RL and
 every `eval.every` steps. Each arm (algo × reward mode) is compared with the outcome-reward
 baseline of the same algorithm (a) at equal training iterations (the final eval) and
-(b) at equal environment steps (the last eval of each run within the smallest env-step
-count that every run of the algorithm reached: RSPO's explorer makes more env steps per
-iteration), and (c) by gain: each run's after-RL minus before-RL success, task by task,
-which cancels differences between warm starts (rebuilt on another machine, the same seed's
-warm start is not bitwise the same). Differences come with a 95% bootstrap interval that
+(b) at equal environment steps (the last eval of each run within a budget of env steps,
+since RSPO's explorer makes more env steps per iteration: `env_step_budget`, fixed before
+the runs so the table does not move as runs land, or else the smallest env-step total any
+run of the algorithm reached), and (c) by gain: each run's after-RL minus before-RL
+success, task by task, which cancels differences between warm starts (rebuilt on another
+machine, the same seed's warm start is not bitwise the same). Differences come with a 95% bootstrap interval that
 resamples seeds and tasks (`rspo.stats.bootstrap_diff`).
 """
 
@@ -51,7 +53,7 @@ from rspo.config import ConfigError, load_config, to_dict
 from rspo.log import write_json
 from rspo.stats import bootstrap_diff
 
-KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "overrides", "grid"}
+KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "env_step_budget", "overrides", "grid"}
 WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
 # settings inside those sections that only change how RL batches its passes, not what SFT
 # learns: they stay out of the key, so adding or flipping one keeps existing warm starts
@@ -66,6 +68,7 @@ class Experiment:
     results_dir: str
     parallel: int = 1
     launcher: str = ""
+    env_step_budget: int | None = None  # None: the smallest env-step total of each algorithm's runs
     overrides: dict = dataclasses.field(default_factory=dict)
     grid: dict = dataclasses.field(default_factory=dict)
 
@@ -96,6 +99,9 @@ def load_experiment(path: str | Path) -> Experiment:
     exp = Experiment(**data)
     if not isinstance(exp.grid, dict) or not all(isinstance(v, list) and v for v in exp.grid.values()):
         raise ConfigError(f"experiment file {path}: grid must map dotted keys to non-empty lists")
+    budget = exp.env_step_budget
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+        raise ConfigError(f"experiment file {path}: env_step_budget must be a positive integer, got {budget!r}")
     for spec in runs(exp):  # every run's config must load: a bad grid key fails here, naming it
         load_config(exp.base, spec.overrides)
     return exp
@@ -271,21 +277,22 @@ def _point_within(run: dict, budget: float) -> dict:
     return points[-1] if points else run["curve"][0]
 
 
-def compare(all_runs: list[dict]) -> dict:
+def compare(all_runs: list[dict], env_step_budget: int | None = None) -> dict:
     """Per env, algo, split and arm: success (and score) mean ± std over seeds, and the
     difference from the same algo's outcome baseline with its interval, at equal
-    iterations (final eval) and at equal env steps."""
+    iterations (final eval), at equal env steps (each run's last eval within
+    `env_step_budget`, or by default within the smallest total of the algo's runs) and by gain."""
     table: dict = {}
     for (env, algo), group in itertools.groupby(sorted(all_runs, key=lambda r: (r["env"], r["algo"])),
                                                 key=lambda r: (r["env"], r["algo"])):  # fmt: skip
         group = list(group)
-        budget = min(r["env_steps"] for r in group)
+        budget = env_step_budget or min(r["env_steps"] for r in group)
         splits = list(dict.fromkeys(rec["split"] for rec in group[0]["after_tasks"]))
         modes = list(dict.fromkeys(r["mode"] for r in group))
         for split, mode in itertools.product(splits, modes):
             arm = [r for r in group if r["mode"] == mode]
             base = [r for r in group if r["mode"] == BASELINE]
-            row = {"seeds": [r["seed"] for r in arm], "env_step_budget": budget}
+            row = {"seeds": [r["seed"] for r in arm], "env_step_budget": budget, "budget_fixed": bool(env_step_budget)}
             for basis, values in (  # a run's per-task values on `split`
                 ("equal_iterations", lambda r, split, key: _won(r["after_tasks"], split, key)),
                 ("equal_env_steps", lambda r, split, key, b=budget: _won(_point_within(r, b)["tasks"], split, key)),
@@ -304,6 +311,7 @@ def compare(all_runs: list[dict]) -> dict:
             before = np.array([_won(r["before_tasks"], split) for r in arm]).mean()
             row["before/success"] = float(before)
             row["env_steps"] = float(np.mean([r["env_steps"] for r in arm]))
+            row["equal_env_steps/read_at_step"] = [_point_within(r, budget)["step"] for r in arm]
             types = sorted({rec["task_type"] for rec in arm[0]["after_tasks"] if rec["split"] == split})
             row["by_type"] = {t: float(np.mean([[rec["won"] for rec in r["after_tasks"]
                                                  if rec["split"] == split and rec["task_type"] == t] for r in arm]))
@@ -343,9 +351,15 @@ def markdown(table: dict, all_runs: list[dict]) -> str:
                         cells.append(_cell(by_split[splits[0]][mode][f"{basis}/score"]))
                     lines.append(f"| {algo} | {mode} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
             if basis == "equal_env_steps":
-                budgets = {a: int(v[splits[0]][next(iter(v[splits[0]]))]["env_step_budget"]) for a, v in algos.items()}
-                lines += ["", "Env-step budget per algorithm (the smallest total any of its runs reached): "
-                          + ", ".join(f"{a} {b:,}" for a, b in budgets.items())]  # fmt: skip
+                lines.append("")
+                for algo, by_split in algos.items():
+                    arms = by_split[splits[0]]
+                    first = next(iter(arms.values()))
+                    how = "fixed by `env_step_budget`" if first["budget_fixed"] else "the smallest total of its runs"
+                    read = "; ".join(f"{m} {', '.join(map(str, r['equal_env_steps/read_at_step']))}"
+                                     for m, r in arms.items())  # fmt: skip
+                    lines.append(f"{algo}: budget {int(first['env_step_budget']):,} env steps ({how}); "
+                                 f"each seed's run read at iteration: {read}.  ")  # fmt: skip
         lines += ["", f"### {env}: success by task type (after RL, mean over seeds)", ""]
         for split in splits:
             types = sorted({t for v in algos.values() for row in v[split].values() for t in row["by_type"]})
@@ -412,7 +426,7 @@ def collect(exp: Experiment) -> dict:
         raise RuntimeError(f"no finished runs under {exp.output_dir}")
     out = Path(exp.results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = compare(all_runs)
+    table = compare(all_runs, exp.env_step_budget)
     keep = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "config", "env_steps", "before",
             "after", "difference", "curve", "before_tasks", "after_tasks")  # fmt: skip
     write_json(out / "results.json", {"table": table, "runs": [{k: r.get(k) for k in keep} for r in all_runs]})
