@@ -16,6 +16,7 @@ from accelerate.utils import gather_object
 from conftest import small_config
 from torch.distributed.tensor import DTensor
 
+from rspo.cli import end_process
 from rspo.rewards.buffer import ReplayBuffer
 from rspo.train import resume, rl_step, sample_tasks, save, setup
 
@@ -83,3 +84,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # as `rspo train` ends: no process-group teardown (rspo.cli.end_process)

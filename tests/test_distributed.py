@@ -125,3 +125,29 @@ def test_unshardable_setups_stop_at_start_naming_the_fix(monkeypatch):
     monkeypatch.setattr(Accelerator, "distributed_type", property(lambda self: DistributedType.DEEPSPEED))
     with pytest.raises(ConfigError, match="DeepSpeed is not supported.*fsdp.yaml"):
         setup(small_config())
+
+
+END_PROCESS_SCRIPT = """
+import atexit, sys
+import torch.distributed as dist
+from rspo.cli import end_process
+
+end_process(5)  # no process group yet: returns
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+atexit.register(lambda: print("teardown ran"))
+print("work done", end="")  # buffered: end_process must flush it
+end_process(3)
+print("not reached")
+"""
+
+
+def test_end_process_exits_with_its_code_and_skips_the_teardown(tmp_path):
+    """A process of a multi-process launch ends through `end_process`: its output flushed,
+    its exit code kept, and no teardown (atexit, the process group's destructor) run, since
+    gloo's teardown can deadlock or abort (rspo.cli.end_process)."""
+    script = tmp_path / "end.py"
+    script.write_text(END_PROCESS_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stdout == "work done"

@@ -252,6 +252,7 @@ import json, sys
 from accelerate.utils import gather_object
 from conftest import small_config
 from support import poison
+from rspo.cli import end_process
 from rspo.train import rl_step, setup
 
 warm, out = sys.argv[1:]
@@ -268,6 +269,7 @@ rows = gather_object([{"skipped": metrics["train/skipped_updates"], "before": be
 if run.acc.is_main_process:
     json.dump(rows, open(out, "w"))
 run.pool.close()
+end_process()
 """
 
 

@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         print(f"rspo: config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    code = 0
     try:
         if args.command == "sweep":
             from rspo.sweep import sweep_command
@@ -98,15 +99,39 @@ def main(argv: list[str] | None = None) -> None:
             COMMANDS[args.command][1](cfg, args)
     except KeyboardInterrupt:
         print("rspo: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        code = 130
     except ConfigError as e:
         print(f"rspo: config error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        code = 2
     except (OSError, ValueError, RuntimeError) as e:
         if debug:
             raise
         print(f"rspo: error: {type(e).__name__}: {e}\n(set RSPO_DEBUG=1 for the traceback)", file=sys.stderr)
-        raise SystemExit(1) from None
+        code = 1
+    end_process(code)
+    if code:
+        raise SystemExit(code)
+
+
+def end_process(code: int = 0) -> None:
+    """In a process of a multi-process launch, exit now with `code`, skipping the process
+    group's teardown; elsewhere return.
+
+    Why: gloo's process group joins its worker threads when it is destroyed, and a worker
+    may still hold the last collective's tensors, whose release needs the GIL. Destroyed
+    from Python (`destroy_process_group`, then the last DDP wrapper freed), the joining
+    thread holds the GIL: a deadlock (3 of 12 two-process launches of tests/ddp_check.py
+    hung there, the worker in ~AsyncAllgatherWork waiting for the GIL). Left to interpreter
+    exit, the release comes after Python is gone: SIGABRT, "terminate called without an
+    active exception" (pytorch/pytorch#190489). A run's last collective is the barrier
+    after its checkpoint, and its files are closed by then, so skipping the teardown loses
+    nothing."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
