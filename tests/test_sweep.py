@@ -9,7 +9,7 @@ import yaml
 from conftest import SMALL
 
 from rspo.config import ConfigError, load_config
-from rspo.sweep import collect, compare, execute, load_experiment, markdown, runs, warm_start_key
+from rspo.sweep import collect, compare, execute, load_experiment, markdown, runs, same_start, warm_start_key
 
 
 def write_experiment(tmp_path, warm_model, **extra):
@@ -89,7 +89,7 @@ def test_warm_start_key_follows_what_sft_learns_from():
     assert key("sft.episodes=10") != base
 
 
-def _run(mode: str, curve: list[tuple[int, int, list[int]]]) -> dict:
+def _run(mode: str, curve: list[tuple[int, int, list[int]]], seed: int = 0) -> dict:
     """A finished run on one split of 4 tasks: curve = (step, env steps, per-task wins)."""
 
     def tasks(wins):
@@ -97,7 +97,7 @@ def _run(mode: str, curve: list[tuple[int, int, list[int]]]) -> dict:
                 for i, w in enumerate(wins)]  # fmt: skip
 
     points = [{"step": s, "env_steps": e, "tasks": tasks(w)} for s, e, w in curve]
-    return {"env": "alfworld", "algo": "grpo", "mode": mode, "seed": 0, "commit": "c0ffee", "wall_s": 1.0,
+    return {"env": "alfworld", "algo": "grpo", "mode": mode, "seed": seed, "commit": "c0ffee", "wall_s": 1.0,
             "env_steps": curve[-1][1], "curve": points,
             "before_tasks": points[0]["tasks"], "after_tasks": points[-1]["tasks"]}  # fmt: skip
 
@@ -122,6 +122,30 @@ def test_equal_env_steps_reads_each_run_within_the_budget():
     md = markdown(compare(runs_, 27_000), runs_)
     assert "grpo: budget 27,000 env steps (fixed by `env_step_budget`)" in md
     assert "read at iteration: outcome 20; rspo 20." in md
+
+
+def test_same_start_pairs_the_seeds_whose_warm_start_is_shared():
+    # seeds 0 and 1: both arms read the same before RL (a shared warm start); seed 2's
+    # rspo run started elsewhere (it won task 3 before RL) and is left out of the pairs
+    start, other = [0, 0, 0, 0], [0, 0, 0, 1]
+    runs_ = [_run("outcome", [(0, 0, start), (20, 18_000, [1, 0, 0, 0])], seed=0),
+             _run("rspo", [(0, 0, start), (10, 13_000, [1, 0, 0, 0]), (20, 26_000, [1, 1, 0, 0])], seed=0),
+             _run("outcome", [(0, 0, start), (20, 18_000, [0, 0, 0, 0])], seed=1),
+             _run("rspo", [(0, 0, start), (10, 13_000, [1, 1, 0, 0]), (20, 26_000, [1, 1, 1, 1])], seed=1),
+             _run("outcome", [(0, 0, start), (20, 18_000, [0, 0, 0, 0])], seed=2),
+             _run("rspo", [(0, 0, other), (20, 26_000, [1, 1, 1, 1])], seed=2)]  # fmt: skip
+    (row,) = same_start(runs_, 20_000)
+    assert (row["a"], row["b"], row["seeds"]) == ("outcome", "rspo", [0, 1])
+    # equal iterations: seed 0 rspo - outcome per task [0, 1, 0, 0], seed 1 [1, 1, 1, 1]:
+    # mean (1 + 4) / 8 = 0.625 (seed 2's +0.75 would have pulled it to 0.667)
+    it = row["equal_iterations/test"]
+    assert it["diff"] == pytest.approx(0.625) and 0 <= it["diff_lo"] <= 0.625 <= it["diff_hi"] <= 1
+    # within 20,000 env steps rspo is read at iteration 10: seed 0 [0, 0, 0, 0], seed 1
+    # [1, 1, 0, 0] against outcome's final evals: (0 + 2) / 8 = 0.25
+    assert row["equal_env_steps/test"]["diff"] == pytest.approx(0.25)
+    md = markdown(compare(runs_, 20_000), runs_, [row])
+    assert "| grpo | rspo - outcome | 0, 1 | +0.625 [" in md
+    assert same_start([r for r in runs_ if r["seed"] == 2]) == []  # nothing shared, no row
 
 
 def test_env_step_budget_must_be_a_positive_integer(warm_model, tmp_path):

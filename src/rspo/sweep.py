@@ -29,7 +29,8 @@ the runs so the table does not move as runs land, or else the smallest env-step 
 run of the algorithm reached), and (c) by gain: each run's after-RL minus before-RL
 success, task by task, which cancels differences between warm starts (rebuilt on another
 machine, the same seed's warm start is not bitwise the same). Differences come with a 95% bootstrap interval that
-resamples seeds and tasks (`rspo.stats.bootstrap_diff`).
+resamples seeds and tasks (`rspo.stats.bootstrap_diff`). Where two arms of a seed do share
+their warm start, (d) `same_start` compares them seed by seed, paired, so the start cancels.
 """
 
 from __future__ import annotations
@@ -277,18 +278,24 @@ def _point_within(run: dict, budget: float) -> dict:
     return points[-1] if points else run["curve"][0]
 
 
+def _by_algo(all_runs: list[dict], env_step_budget: int | None):
+    """(env, algo, its runs, its env-step budget, its eval splits, its reward modes, outcome first)."""
+    for (env, algo), group in itertools.groupby(sorted(all_runs, key=lambda r: (r["env"], r["algo"])),
+                                                key=lambda r: (r["env"], r["algo"])):  # fmt: skip
+        group = list(group)
+        budget = env_step_budget or min(r["env_steps"] for r in group)
+        splits = list(dict.fromkeys(rec["split"] for rec in group[0]["after_tasks"]))
+        modes = sorted(dict.fromkeys(r["mode"] for r in group), key=lambda m: m != BASELINE)
+        yield env, algo, group, budget, splits, modes
+
+
 def compare(all_runs: list[dict], env_step_budget: int | None = None) -> dict:
     """Per env, algo, split and arm: success (and score) mean ± std over seeds, and the
     difference from the same algo's outcome baseline with its interval, at equal
     iterations (final eval), at equal env steps (each run's last eval within
     `env_step_budget`, or by default within the smallest total of the algo's runs) and by gain."""
     table: dict = {}
-    for (env, algo), group in itertools.groupby(sorted(all_runs, key=lambda r: (r["env"], r["algo"])),
-                                                key=lambda r: (r["env"], r["algo"])):  # fmt: skip
-        group = list(group)
-        budget = env_step_budget or min(r["env_steps"] for r in group)
-        splits = list(dict.fromkeys(rec["split"] for rec in group[0]["after_tasks"]))
-        modes = list(dict.fromkeys(r["mode"] for r in group))
+    for env, algo, group, budget, splits, modes in _by_algo(all_runs, env_step_budget):
         for split, mode in itertools.product(splits, modes):
             arm = [r for r in group if r["mode"] == mode]
             base = [r for r in group if r["mode"] == BASELINE]
@@ -320,14 +327,46 @@ def compare(all_runs: list[dict], env_step_budget: int | None = None) -> dict:
     return table
 
 
+def same_start(all_runs: list[dict], env_step_budget: int | None = None) -> list[dict]:
+    """Arms of one algorithm that share a warm start bitwise, compared seed by seed.
+
+    Two runs of one algorithm and seed share their warm start when their before-RL evals
+    agree task by task (the same weights under the same seeded eval). For each pair of
+    reward modes (a, b): the seeds where they share one, and b - a in success at equal
+    iterations and at equal env steps, with a 95% interval from a bootstrap that resamples
+    the seed pairs and the tasks of the per-task differences: the start's level cancels
+    exactly, which the cross-seed tables can only approximate (by gain)."""
+    rows = []
+    for env, algo, group, budget, splits, modes in _by_algo(all_runs, env_step_budget):
+        run = {(r["mode"], r["seed"]): r for r in group}
+        for a, b in itertools.combinations(modes, 2):
+            seeds = sorted(seed for mode, seed in run if mode == a and (b, seed) in run)
+            pairs = [(run[a, s], run[b, s]) for s in seeds if run[a, s]["before_tasks"] == run[b, s]["before_tasks"]]
+            if not pairs:
+                continue
+            row = {"env": env, "algo": algo, "a": a, "b": b, "seeds": [ra["seed"] for ra, _ in pairs]}
+            for basis, tasks in (("equal_iterations", lambda r: r["after_tasks"]),
+                                 ("equal_env_steps", lambda r, n=budget: _point_within(r, n)["tasks"])):  # fmt: skip
+                for split in splits:
+                    d = np.array([np.subtract(_won(tasks(rb), split), _won(tasks(ra), split)) for ra, rb in pairs])
+                    diff, lo, hi = bootstrap_diff(np.zeros_like(d), d)  # the mean paired difference vs zero
+                    row[f"{basis}/{split}"] = {"diff": diff, "diff_lo": lo, "diff_hi": hi}
+            rows.append(row)
+    return rows
+
+
 def _cell(c: dict) -> str:
     s = f"{c['mean']:.3f} ± {c['std']:.3f}"
     if "diff" in c:
-        s += f" ({c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}])"
+        s += f" ({_diff(c)})"
     return s
 
 
-def markdown(table: dict, all_runs: list[dict]) -> str:
+def _diff(c: dict) -> str:
+    return f"{c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}]"
+
+
+def markdown(table: dict, all_runs: list[dict], shared: list[dict] = ()) -> str:
     lines = [
         "Success rate after RL, mean ± std over seeds; in parentheses the difference from the same",
         "algorithm's `outcome` baseline with its 95% bootstrap interval (seeds and tasks resampled;",
@@ -360,6 +399,18 @@ def markdown(table: dict, all_runs: list[dict]) -> str:
                                      for m, r in arms.items())  # fmt: skip
                     lines.append(f"{algo}: budget {int(first['env_step_budget']):,} env steps ({how}); "
                                  f"each seed's run read at iteration: {read}.  ")  # fmt: skip
+        pairs = [p for p in shared if p["env"] == env]
+        if pairs:
+            lines += ["", f"### {env}: arms that share a warm start, seed by seed (b - a; the seeds where the "
+                          "before-RL evals agree task by task; seed pairs and tasks resampled)", ""]  # fmt: skip
+            cols = [(basis, s) for basis in ("equal_iterations", "equal_env_steps") for s in splits]
+            header = [f"{s}, {basis.replace('_', ' ')}" for basis, s in cols]
+            lines.append("| algo | b - a | seeds | " + " | ".join(header) + " |")
+            lines.append("|---" * (3 + len(cols)) + "|")
+            for p in pairs:
+                cells = [_diff(p[f"{b}/{s}"]) for b, s in cols]
+                lines.append(f"| {p['algo']} | {p['b']} - {p['a']} | {', '.join(map(str, p['seeds']))} | "
+                             + " | ".join(cells) + " |")  # fmt: skip
         lines += ["", f"### {env}: success by task type (after RL, mean over seeds)", ""]
         for split in splits:
             types = sorted({t for v in algos.values() for row in v[split].values() for t in row["by_type"]})
@@ -426,11 +477,12 @@ def collect(exp: Experiment) -> dict:
         raise RuntimeError(f"no finished runs under {exp.output_dir}")
     out = Path(exp.results_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = compare(all_runs, exp.env_step_budget)
+    table, shared = compare(all_runs, exp.env_step_budget), same_start(all_runs, exp.env_step_budget)
     keep = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "config", "env_steps", "before",
             "after", "difference", "curve", "before_tasks", "after_tasks")  # fmt: skip
-    write_json(out / "results.json", {"table": table, "runs": [{k: r.get(k) for k in keep} for r in all_runs]})
-    (out / "results.md").write_text(markdown(table, all_runs))
+    write_json(out / "results.json", {"table": table, "same_start": shared,
+                                      "runs": [{k: r.get(k) for k in keep} for r in all_runs]})  # fmt: skip
+    (out / "results.md").write_text(markdown(table, all_runs, shared))
     plot(table, all_runs, out)
     return table
 
