@@ -3,13 +3,24 @@ plots and JSON; finished runs are not rerun; bad experiment files fail naming th
 
 import json
 import shutil
+import subprocess
 
 import pytest
 import yaml
 from conftest import SMALL
 
 from rspo.config import ConfigError, load_config
-from rspo.sweep import collect, compare, execute, load_experiment, markdown, runs, same_start, warm_start_key
+from rspo.sweep import (
+    collect,
+    commit_hash,
+    compare,
+    execute,
+    load_experiment,
+    markdown,
+    runs,
+    same_start,
+    warm_start_key,
+)
 
 
 def write_experiment(tmp_path, warm_model, **extra):
@@ -146,6 +157,24 @@ def test_same_start_pairs_the_seeds_whose_warm_start_is_shared():
     md = markdown(compare(runs_, 20_000), runs_, [row])
     assert "| grpo | rspo - outcome | 0, 1 | +0.625 [" in md
     assert same_start([r for r in runs_ if r["seed"] == 2]) == []  # nothing shared, no row
+
+
+def test_commit_hash_is_dirty_for_code_but_not_for_the_results_it_writes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    for f in ("code.py", "results/results.md"):
+        (tmp_path / f).write_text("v1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "v1"]):
+        subprocess.run(git + args, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "results/results.md").write_text("v2\n")  # a sweep collected after a run
+    assert commit_hash("results") == head
+    assert commit_hash() == head + "+dirty"
+    monkeypatch.chdir(tmp_path / "results")  # from below the top, with an absolute path
+    assert commit_hash(tmp_path / "results") == head
+    (tmp_path / "code.py").write_text("v2\n")  # the code itself changed
+    assert commit_hash(tmp_path / "results") == head + "+dirty"
 
 
 def test_env_step_budget_must_be_a_positive_integer(warm_model, tmp_path):

@@ -134,14 +134,21 @@ def warm_start_key(cfg) -> str:
     return hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def commit_hash() -> str:
+def commit_hash(ignore: str | Path | None = None) -> str:
+    """HEAD's hash, with "+dirty" if a tracked file differs from it, except under `ignore`
+    (the sweep's own results folder, which it rewrites after every run)."""
+
+    def git(*args: str) -> list[str]:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.splitlines()
+
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()  # fmt: skip
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+        head, top = git("rev-parse", "HEAD", "--show-toplevel")
+        changed = [Path(top, line[3:]).resolve() for line in git("status", "--porcelain", "--untracked-files=no")]
+    except (OSError, ValueError, subprocess.CalledProcessError):
         return "unknown"
+    skip = Path(ignore).resolve() if ignore else None
+    dirty = [p for p in changed if not (skip and p.is_relative_to(skip))]
+    return head + ("+dirty" if dirty else "")
 
 
 def _launch(launcher: str, args: list[str], log: Path, threads: int) -> int:
@@ -210,7 +217,7 @@ def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
             return label, 0
         out.mkdir(parents=True, exist_ok=True)
         progress(f"sweep: {command} {label} -> {out}")
-        t0, commit = time.time(), commit_hash()  # the code the run starts with
+        t0, commit = time.time(), commit_hash(exp.results_dir)  # the code the run starts with
         if exp.parallel == 0:
             _in_process(command, load_config(exp.base, overrides))
             code = 0
