@@ -147,12 +147,12 @@ def test_same_start_pairs_the_seeds_whose_warm_start_is_shared():
              _run("rspo", [(0, 0, other), (20, 26_000, [1, 1, 1, 1])], seed=2)]  # fmt: skip
     (row,) = same_start(runs_, 20_000)
     assert (row["a"], row["b"], row["seeds"]) == ("outcome", "rspo", [0, 1])
-    # equal iterations: seed 0 rspo - outcome per task [0, 1, 0, 0], seed 1 [1, 1, 1, 1]:
-    # mean (1 + 4) / 8 = 0.625 (seed 2's +0.75 would have pulled it to 0.667)
+    # equal iterations, rspo - outcome per task: seed 0 [0, 1, 0, 0], seed 1 [1, 1, 1, 1]:
+    # mean (1 + 4) / 8 = 0.625 (seed 2's [1, 1, 1, 1] would have pulled it to 9 / 12 = 0.75)
     it = row["equal_iterations/test"]
     assert it["diff"] == pytest.approx(0.625) and 0 <= it["diff_lo"] <= 0.625 <= it["diff_hi"] <= 1
-    # within 20,000 env steps rspo is read at iteration 10: seed 0 [0, 0, 0, 0], seed 1
-    # [1, 1, 0, 0] against outcome's final evals: (0 + 2) / 8 = 0.25
+    # within 20,000 env steps rspo is read at iteration 10, outcome at its final eval;
+    # rspo - outcome per task: seed 0 [0, 0, 0, 0], seed 1 [1, 1, 0, 0]: (0 + 2) / 8 = 0.25
     assert row["equal_env_steps/test"]["diff"] == pytest.approx(0.25)
     md = markdown(compare(runs_, 20_000), runs_, [row])
     assert "| grpo | rspo - outcome | 0, 1 | +0.625 [" in md
