@@ -381,12 +381,12 @@ def markdown(table: dict, all_runs: list[dict], shared: list[dict] = ()) -> str:
     ]
     for env, algos in table.items():
         scored = env == "webshop"
+        splits = list(next(iter(algos.values())))
         for basis, title in (("equal_iterations", "success at equal training iterations (the final eval)"),
                              ("equal_env_steps", "success at equal environment steps"),
                              ("gain", "gain in success over each run's own start (after RL - before RL, "
                                       "task by task; warm starts rebuilt on another machine differ)")):  # fmt: skip
             lines += ["", f"### {env}: {title}", ""]
-            splits = list(next(iter(algos.values())))
             lines.append("| algo | reward.mode | seeds | " + " | ".join(splits) + (" | score |" if scored else " |"))
             lines.append("|---" * (3 + len(splits) + scored) + "|")
             for algo, by_split in algos.items():
