@@ -35,8 +35,8 @@ def adam_moments(learner) -> list:
 
 
 def main() -> None:
-    warm, out, *overrides = sys.argv[1:]
-    cfg = small_config(f"model.init_from={warm}", f"train.output_dir={out}.run", *overrides)
+    out, *overrides = sys.argv[1:]
+    cfg = small_config(f"train.output_dir={out}.run", *overrides)
     run = setup(cfg)
     try:
         before = checksum(run.policy)

@@ -14,11 +14,15 @@ the DDP config with `train.fsdp=true`.
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from rspo.checkpoint import weights_digest
 
 HERE = Path(__file__).resolve().parent
 ACCELERATE_CONFIGS = HERE.parent / "configs" / "accelerate"
@@ -33,8 +37,9 @@ def test_shipped_accelerate_configs_load(name, engine):
     assert cfg.mixed_precision == "no"  # precision comes from model.dtype
 
 
-def launch(warm_model, out: Path, *overrides: str) -> dict:
-    """Run ddp_check.py on two CPU processes; returns its JSON, ranks sorted."""
+def check_command(out: Path, overrides, launch_flags=()) -> tuple[list[str], dict]:
+    """The command and environment that run ddp_check.py on two CPU processes (config
+    `overrides`; `launch_flags`: more `accelerate launch` flags)."""
     env = {
         **os.environ,
         "ACCELERATE_USE_CPU": "true",
@@ -48,20 +53,31 @@ def launch(warm_model, out: Path, *overrides: str) -> dict:
         str(ACCELERATE_CONFIGS / "ddp.yaml"),
         "--num_processes",
         "2",
+        *launch_flags,
         str(HERE / "ddp_check.py"),
-        str(warm_model),
         str(out),
         "train.minibatches=2",
         "rspo.buffer_successes_only=false",  # fill the replay buffer, to check it survives a resume
         "algo.entropy_coef=0.01",  # a gradient even when every sampled reward is equal (zero advantages)
         *overrides,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cmd, env
+
+
+def read_check(out: Path) -> dict:
+    """ddp_check.py's JSON, ranks sorted."""
     result = json.loads(out.read_text())
     assert result["num_processes"] == 2
     result["ranks"].sort(key=lambda r: r["rank"])
     return result
+
+
+def launch(warm_model, out: Path, *overrides: str) -> dict:
+    """Run ddp_check.py on two CPU processes; returns its JSON, ranks sorted."""
+    cmd, env = check_command(out, [f"model.init_from={warm_model}", *overrides])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_check(out)
 
 
 def check_synchronized(a: dict, b: dict) -> None:
@@ -106,6 +122,57 @@ def test_fsdp_trains_as_ddp(warm_model, tmp_path, lora):
     assert fsdp[0]["after"] == pytest.approx(ddp[0]["after"], rel=1e-6)
     for key in ("loss/policy", "loss/value", "explorer/loss/policy", "loss/grad_norm"):
         assert fsdp[0]["metrics"][key] == pytest.approx(ddp[0]["metrics"][key], rel=1e-5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_machines(flags: list[list[str]], homes: list[Path], out: Path, overrides: list[str]) -> None:
+    """Launch ddp_check.py once per machine (its `accelerate launch` flags), each in its own
+    working directory with its own $RSPO_CACHE; all must exit 0 within the time limit."""
+    procs = []
+    for extra, home in zip(flags, homes, strict=True):
+        home.mkdir()
+        cmd, env = check_command(out, overrides, extra)
+        with open(home / "log", "w") as log:
+            procs.append(subprocess.Popen(cmd, cwd=home, env=env | {"RSPO_CACHE": str(home / "cache")}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+    try:
+        codes = [p.wait(timeout=400) for p in procs]
+    except subprocess.TimeoutExpired:  # one machine failed alone: the other waits in a collective
+        codes = [p.poll() for p in procs]
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    logs = "\n".join(f"machine {i} (exit {c}): ...{(h / 'log').read_text()[-1500:]}" for i, (c, h) in
+                     enumerate(zip(codes, homes)))  # fmt: skip
+    assert codes == [0] * len(procs), logs
+
+
+@pytest.mark.slow
+def test_two_machines_with_separate_disks(tmp_path):
+    """Two machines (two `accelerate launch` process groups on this host, one process each,
+    gloo) that share no disk: each its own working directory, so its own relative
+    `train.output_dir`, and its own $RSPO_CACHE. The warm start is built on machine 0 and
+    sent to machine 1; an RSPO step trains the same weights on both; the checkpoint, written
+    on machine 0 only, is sent to machine 1 when the run resumes and restores both."""
+    out, port = tmp_path / "two.json", str(free_port())
+    homes = [tmp_path / "machine0", tmp_path / "machine1"]
+    # the README's two-machine command (section "Multi-node"), one process a machine here
+    flags = [["--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+              "--main_process_port", port] for rank in (0, 1)]  # fmt: skip
+    warm = ["sft.episodes=8", "sft.epochs=2", "sft.batch_size=8"]  # a small warm start: it only has to exist
+    run_machines(flags, homes, out, ["reward.mode=rspo", "train.output_dir=run", *warm])
+    a, b = read_check(out)["ranks"]
+    check_synchronized(a, b)
+    assert a["buffer"] and b["buffer"] and (a["restored"], b["restored"]) == (a["buffer"], b["buffer"])
+    # machine 1 now holds the main's warm start and checkpoint, the same files
+    for sub in ("sft", "checkpoints/step_000000"):
+        assert weights_digest(homes[1] / "run" / sub) == weights_digest(homes[0] / "run" / sub)
+    assert not (homes[1] / "cache").exists()  # the tiny model was built on machine 0 only, by the warm start
 
 
 def test_unshardable_setups_stop_at_start_naming_the_fix(monkeypatch):
