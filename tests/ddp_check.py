@@ -17,6 +17,7 @@ from conftest import small_config
 from torch.distributed.tensor import DTensor
 
 from rspo.cli import end_process
+from rspo.multinode import checked_everywhere
 from rspo.rewards.buffer import ReplayBuffer
 from rspo.train import resume, rl_step, sample_tasks, save, setup
 
@@ -36,7 +37,7 @@ def adam_moments(learner) -> list:
 
 def main() -> None:
     out, *overrides = sys.argv[1:]
-    cfg = small_config(f"train.output_dir={out}.run", *overrides)
+    cfg = checked_everywhere(lambda: small_config(f"train.output_dir={out}.run", *overrides))  # as `rspo train`
     run = setup(cfg)
     try:
         before = checksum(run.policy)

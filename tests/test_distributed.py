@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import SMALL
 
 from rspo.checkpoint import weights_digest
 
@@ -37,23 +38,21 @@ def test_shipped_accelerate_configs_load(name, engine):
     assert cfg.mixed_precision == "no"  # precision comes from model.dtype
 
 
-def check_command(out: Path, overrides, launch_flags=()) -> tuple[list[str], dict]:
-    """The command and environment that run ddp_check.py on two CPU processes (config
-    `overrides`; `launch_flags`: more `accelerate launch` flags)."""
+def accelerate_launch(*args: str) -> tuple[list[str], dict]:
+    """The command and environment of `accelerate launch` on two CPU processes with the
+    shipped DDP config; `args`: more launch flags, the script and its arguments."""
     env = {
         **os.environ,
         "ACCELERATE_USE_CPU": "true",
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ACCELERATE_CONFIGS / "ddp.yaml"),
-        "--num_processes",
-        "2",
-        *launch_flags,
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "ddp.yaml")]
+    return [*launch, "--num_processes", "2", *args], env
+
+
+def ddp_check(out: Path, *overrides: str) -> list[str]:
+    """ddp_check.py and its arguments: it writes its JSON to `out`."""
+    return [
         str(HERE / "ddp_check.py"),
         str(out),
         "train.minibatches=2",
@@ -61,7 +60,6 @@ def check_command(out: Path, overrides, launch_flags=()) -> tuple[list[str], dic
         "algo.entropy_coef=0.01",  # a gradient even when every sampled reward is equal (zero advantages)
         *overrides,
     ]
-    return cmd, env
 
 
 def read_check(out: Path) -> dict:
@@ -74,7 +72,7 @@ def read_check(out: Path) -> dict:
 
 def launch(warm_model, out: Path, *overrides: str) -> dict:
     """Run ddp_check.py on two CPU processes; returns its JSON, ranks sorted."""
-    cmd, env = check_command(out, [f"model.init_from={warm_model}", *overrides])
+    cmd, env = accelerate_launch(*ddp_check(out, f"model.init_from={warm_model}", *overrides))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return read_check(out)
@@ -130,26 +128,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_machines(flags: list[list[str]], homes: list[Path], out: Path, overrides: list[str]) -> None:
-    """Launch ddp_check.py once per machine (its `accelerate launch` flags), each in its own
-    working directory with its own $RSPO_CACHE; all must exit 0 within the time limit."""
-    procs = []
-    for extra, home in zip(flags, homes, strict=True):
-        home.mkdir()
-        cmd, env = check_command(out, overrides, extra)
+def run_machines(homes: list[Path], *args: str, timeout: float = 400) -> list[tuple[int | None, str]]:
+    """`accelerate launch` on two machines, one process each (`args`: the script and
+    its arguments), each in its own working directory `home` with its own $RSPO_CACHE.
+    Returns each machine's exit code (None: still running at `timeout`, then killed) and log."""
+    assert len(homes) == 2  # accelerate_launch's --num_processes: one process a machine
+    port, procs = str(free_port()), []
+    for rank, home in enumerate(homes):
+        home.mkdir(exist_ok=True)
+        # the README's two-machine command (section "Multi-node"), one process a machine here
+        flags = ["--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+                 "--main_process_port", port]  # fmt: skip
+        cmd, env = accelerate_launch(*flags, *args)
         with open(home / "log", "w") as log:
             procs.append(subprocess.Popen(cmd, cwd=home, env=env | {"RSPO_CACHE": str(home / "cache")}, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
     try:
-        codes = [p.wait(timeout=400) for p in procs]
-    except subprocess.TimeoutExpired:  # one machine failed alone: the other waits in a collective
+        codes = [p.wait(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:  # a machine waits for one that failed alone
         codes = [p.poll() for p in procs]
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-    logs = "\n".join(f"machine {i} (exit {c}): ...{(h / 'log').read_text()[-1500:]}" for i, (c, h) in
-                     enumerate(zip(codes, homes)))  # fmt: skip
-    assert codes == [0] * len(procs), logs
+    return [(code, (home / "log").read_text()) for code, home in zip(codes, homes, strict=True)]
+
+
+def tails(results: list[tuple[int | None, str]]) -> str:
+    return "\n".join(f"machine {i} (exit {code}): ...{log[-1500:]}" for i, (code, log) in enumerate(results))
 
 
 @pytest.mark.slow
@@ -159,20 +164,39 @@ def test_two_machines_with_separate_disks(tmp_path):
     `train.output_dir`, and its own $RSPO_CACHE. The warm start is built on machine 0 and
     sent to machine 1; an RSPO step trains the same weights on both; the checkpoint, written
     on machine 0 only, is sent to machine 1 when the run resumes and restores both."""
-    out, port = tmp_path / "two.json", str(free_port())
-    homes = [tmp_path / "machine0", tmp_path / "machine1"]
-    # the README's two-machine command (section "Multi-node"), one process a machine here
-    flags = [["--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
-              "--main_process_port", port] for rank in (0, 1)]  # fmt: skip
+    out, homes = tmp_path / "two.json", [tmp_path / "machine0", tmp_path / "machine1"]
     warm = ["sft.episodes=8", "sft.epochs=2", "sft.batch_size=8"]  # a small warm start: it only has to exist
-    run_machines(flags, homes, out, ["reward.mode=rspo", "train.output_dir=run", *warm])
+    results = run_machines(homes, *ddp_check(out, "reward.mode=rspo", "train.output_dir=run", *warm))
+    assert [code for code, _ in results] == [0, 0], tails(results)
     a, b = read_check(out)["ranks"]
     check_synchronized(a, b)
     assert a["buffer"] and b["buffer"] and (a["restored"], b["restored"]) == (a["buffer"], b["buffer"])
     # machine 1 now holds the main's warm start and checkpoint, the same files
     for sub in ("sft", "checkpoints/step_000000"):
         assert weights_digest(homes[1] / "run" / sub) == weights_digest(homes[0] / "run" / sub)
-    assert not (homes[1] / "cache").exists()  # the tiny model was built on machine 0 only, by the warm start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "on_disk_0, override, line, failed",
+    [
+        ("warm/", "model.init_from=warm", "rspo: config error: model.init_from=warm: no such directory", 1),
+        ("run/eval_summary.json", "train.output_dir=run", "rspo: error: FileExistsError: train.output_dir=run already "
+         "holds a run: continue it with train.resume=auto", 0),
+    ],
+)  # fmt: skip
+def test_a_check_failing_on_one_machine_stops_every_machine(tmp_path, on_disk_0, override, line, failed):
+    """A start check that fails on one machine's disk only: a path only machine 0 has (the
+    config check fails on machine 1), a run directory that holds a run on machine 0 only
+    (`rspo train`'s check fails on machine 0). Every machine stops with the failing one's
+    line, instead of waiting for it at the rendezvous (rspo.multinode.checked_everywhere)."""
+    homes = [tmp_path / "machine0", tmp_path / "machine1"]
+    made = homes[0] / on_disk_0
+    made.mkdir(parents=True) if on_disk_0.endswith("/") else (made.parent.mkdir(parents=True), made.write_text("{}"))
+    results = run_machines(homes, str(HERE.parent / "train.py"), *SMALL, override, timeout=250)
+    assert [code for code, _ in results] == [1, 1], tails(results)  # torchrun's exit code for a failed process
+    assert f"\n{line}" in "\n" + results[failed][1], tails(results)
+    assert f"{line}" in results[1 - failed][1] and f"[on process {failed}]" in results[1 - failed][1], tails(results)
 
 
 def test_unshardable_setups_stop_at_start_naming_the_fix(monkeypatch):

@@ -28,15 +28,46 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
-from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list, gather_object
+if TYPE_CHECKING:  # torch and accelerate are imported where used: `rspo config` loads neither
+    from accelerate import Accelerator
 
-from rspo.checkpoint import replace_dir
-
+T = TypeVar("T")
 CHUNK = 1 << 26  # bytes a broadcast: 64 MiB
+
+
+def launched() -> bool:
+    """Whether this process is one of several started by `accelerate launch` (torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def checked_everywhere(check: Callable[[], T]) -> T:
+    """`check()`'s result on this process. Under a multi-process launch, when the check
+    failed on any process (a path one machine lacks, a run directory that holds a run on
+    one disk only), every process raises the first failure: each machine stops with the
+    same line, none waits for the others at the rendezvous."""
+    result, error = None, None
+    try:
+        result = check()
+    except (OSError, ValueError) as e:
+        error = e
+    if launched():
+        from accelerate import PartialState
+        from accelerate.utils import gather_object, parse_flag_from_env
+
+        # joins the process group, as `Accelerator()` would (which then reuses it); `cpu` as it
+        # reads it, else on CPU each process would take itself for the only one
+        rank = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU")).process_index
+        errors = [(i, e) for i, e in enumerate(gather_object([error])) if e is not None]
+        if errors and errors[0][0] != rank:  # another process's: say whose
+            i, error = errors[0]
+            error.args = (f"{error} [on process {i}]",)
+    if error is not None:
+        raise error
+    return result
 
 
 def listing(path: Path) -> list[tuple[str, int, int]]:
@@ -47,9 +78,11 @@ def listing(path: Path) -> list[tuple[str, int, int]]:
     return [(str(f.relative_to(path)), (s := f.stat()).st_size, s.st_mtime_ns) for f in files]
 
 
-def main_decides(acc: Accelerator, decide):
+def main_decides(acc: Accelerator, decide: Callable[[], T]) -> T:
     """`decide()` run on the global main process only; its result (or its error, raised
     again on every rank with the same one line, so no rank waits for a failed one) on all."""
+    from accelerate.utils import broadcast_object_list
+
     answer: list = [None]
     if acc.is_main_process:
         try:
@@ -69,6 +102,10 @@ def share_dir(acc: Accelerator, path: Path) -> None:
     every rank calls it). Each machine's local main process lists its copy; the main sends
     every file to those whose listing differs from its own, which write them whole beside
     `path` and rename them into place."""
+    from accelerate.utils import gather_object
+
+    from rspo.checkpoint import replace_dir
+
     if not acc.use_distributed:
         return
     rows = gather_object([listing(path) if acc.is_local_main_process else None])  # one per process
@@ -82,7 +119,7 @@ def share_dir(acc: Accelerator, path: Path) -> None:
     receive = acc.process_index in need
     if acc.is_main_process or receive:
         print(f"{path}: {size / 2**20:.1f} MiB sent by the main process to process(es) {need} (machines without it)")
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    tmp = path.with_name(f".tmp-{path.name}-{acc.process_index}")
     shutil.rmtree(tmp, ignore_errors=True)
     for name, nbytes, mtime in files:
         _send_file(acc, path / name, tmp / name if receive else None, nbytes)
@@ -96,6 +133,7 @@ def share_dir(acc: Accelerator, path: Path) -> None:
 def _send_file(acc: Accelerator, source: Path, target: Path | None, nbytes: int) -> None:
     """Broadcast one file's bytes from the main process in chunks; `target`: where this
     rank writes them (None: it only takes part in the broadcast)."""
+    import torch
     import torch.distributed as dist
 
     with contextlib.ExitStack() as files:

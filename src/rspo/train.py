@@ -26,7 +26,7 @@ from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, ConfigError, dump
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
 from rspo.log import Logger, RunProgress, format_transcript, write_json
-from rspo.multinode import main_decides, share_dir
+from rspo.multinode import checked_everywhere, main_decides, share_dir
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
 from rspo.rollout import collect
@@ -262,8 +262,12 @@ def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
 
 def train(cfg: Config) -> dict:
     """Train with RL. Returns {"before": eval, "after": eval, "history": per-step metrics}."""
-    checkpoint.check_output_dir(cfg.train.output_dir, cfg.train.resume)
-    checkpoint.check_resume(cfg)
+
+    def start_checks() -> None:  # before anything is built, on every machine's disk
+        checkpoint.check_output_dir(cfg.train.output_dir, cfg.train.resume)
+        checkpoint.check_resume(cfg)
+
+    checked_everywhere(start_checks)
     run = setup(cfg)
     try:
         resume(run)
