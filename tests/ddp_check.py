@@ -1,5 +1,6 @@
 """Run under `accelerate launch` by test_distributed.py: one RL step on two CPU processes
-(DDP, or rspo's FSDP with `train.fsdp=true`).
+(DDP, or rspo's FSDP with `train.fsdp=true`), on one machine or on two. Arguments: the
+JSON file to write (by the main process), then config overrides.
 
 Writes JSON: the process count, each rank's tasks, and a checksum of each rank's target
 weights before and after the step (equal across ranks iff the gradients were synchronized).

@@ -10,6 +10,9 @@ accelerate's own FSDP is not tried here: on CPU it ignores it (`--use_fsdp` or t
 config with ACCELERATE_USE_CPU=true give DistributedType.MULTI_CPU, i.e. DDP). rspo shards
 with torch's FSDP2 itself (`Policy.shard`), which runs on CPU, so the FSDP test launches
 the DDP config with `train.fsdp=true`.
+
+Two machines are two launches on this host (`--num_machines 2 --machine_rank 0|1`), each in
+its own working directory with its own $RSPO_CACHE, as machines with separate disks.
 """
 
 import json
