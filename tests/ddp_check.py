@@ -1,5 +1,6 @@
 """Run under `accelerate launch` by test_distributed.py: one RL step on two CPU processes
-(DDP, or rspo's FSDP with `train.fsdp=true`).
+(DDP, or rspo's FSDP with `train.fsdp=true`), on one machine or on two. Arguments: the
+JSON file to write (by the main process), then config overrides.
 
 Writes JSON: the process count, each rank's tasks, and a checksum of each rank's target
 weights before and after the step (equal across ranks iff the gradients were synchronized).
@@ -17,6 +18,7 @@ from conftest import small_config
 from torch.distributed.tensor import DTensor
 
 from rspo.cli import end_process
+from rspo.multinode import checked_everywhere
 from rspo.rewards.buffer import ReplayBuffer
 from rspo.train import resume, rl_step, sample_tasks, save, setup
 
@@ -35,8 +37,8 @@ def adam_moments(learner) -> list:
 
 
 def main() -> None:
-    warm, out, *overrides = sys.argv[1:]
-    cfg = small_config(f"model.init_from={warm}", f"train.output_dir={out}.run", *overrides)
+    out, *overrides = sys.argv[1:]
+    cfg = checked_everywhere(lambda: small_config(f"train.output_dir={out}.run", *overrides))  # as `rspo train`
     run = setup(cfg)
     try:
         before = checksum(run.policy)

@@ -10,15 +10,23 @@ accelerate's own FSDP is not tried here: on CPU it ignores it (`--use_fsdp` or t
 config with ACCELERATE_USE_CPU=true give DistributedType.MULTI_CPU, i.e. DDP). rspo shards
 with torch's FSDP2 itself (`Policy.shard`), which runs on CPU, so the FSDP test launches
 the DDP config with `train.fsdp=true`.
+
+Two machines are two launches on this host (`--num_machines 2 --machine_rank 0|1`), each in
+its own working directory with its own $RSPO_CACHE, as machines with separate disks.
 """
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import SMALL
+
+from rspo.checkpoint import weights_digest
 
 HERE = Path(__file__).resolve().parent
 ACCELERATE_CONFIGS = HERE.parent / "configs" / "accelerate"
@@ -33,35 +41,44 @@ def test_shipped_accelerate_configs_load(name, engine):
     assert cfg.mixed_precision == "no"  # precision comes from model.dtype
 
 
-def launch(warm_model, out: Path, *overrides: str) -> dict:
-    """Run ddp_check.py on two CPU processes; returns its JSON, ranks sorted."""
+def accelerate_launch(*args: str) -> tuple[list[str], dict]:
+    """The command and environment of `accelerate launch` on two CPU processes with the
+    shipped DDP config; `args`: more launch flags, the script and its arguments."""
     env = {
         **os.environ,
         "ACCELERATE_USE_CPU": "true",
         "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ACCELERATE_CONFIGS / "ddp.yaml"),
-        "--num_processes",
-        "2",
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "ddp.yaml")]
+    return [*launch, "--num_processes", "2", *args], env
+
+
+def ddp_check(out: Path, *overrides: str) -> list[str]:
+    """ddp_check.py and its arguments: it writes its JSON to `out`."""
+    return [
         str(HERE / "ddp_check.py"),
-        str(warm_model),
         str(out),
         "train.minibatches=2",
         "rspo.buffer_successes_only=false",  # fill the replay buffer, to check it survives a resume
         "algo.entropy_coef=0.01",  # a gradient even when every sampled reward is equal (zero advantages)
         *overrides,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def read_check(out: Path) -> dict:
+    """ddp_check.py's JSON, ranks sorted."""
     result = json.loads(out.read_text())
     assert result["num_processes"] == 2
     result["ranks"].sort(key=lambda r: r["rank"])
     return result
+
+
+def launch(warm_model, out: Path, *overrides: str) -> dict:
+    """Run ddp_check.py on two CPU processes; returns its JSON, ranks sorted."""
+    cmd, env = accelerate_launch(*ddp_check(out, f"model.init_from={warm_model}", *overrides))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_check(out)
 
 
 def check_synchronized(a: dict, b: dict) -> None:
@@ -106,6 +123,83 @@ def test_fsdp_trains_as_ddp(warm_model, tmp_path, lora):
     assert fsdp[0]["after"] == pytest.approx(ddp[0]["after"], rel=1e-6)
     for key in ("loss/policy", "loss/value", "explorer/loss/policy", "loss/grad_norm"):
         assert fsdp[0]["metrics"][key] == pytest.approx(ddp[0]["metrics"][key], rel=1e-5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_machines(homes: list[Path], *args: str, timeout: float = 400) -> list[tuple[int | None, str]]:
+    """`accelerate launch` on two machines, one process each (`args`: the script and
+    its arguments), each in its own working directory `home` with its own $RSPO_CACHE.
+    Returns each machine's exit code (None: still running at `timeout`, then killed) and log."""
+    assert len(homes) == 2  # accelerate_launch's --num_processes: one process a machine
+    port, procs = str(free_port()), []
+    for rank, home in enumerate(homes):
+        home.mkdir(exist_ok=True)
+        # the README's two-machine command (section "Multi-node"), one process a machine here
+        flags = ["--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+                 "--main_process_port", port]  # fmt: skip
+        cmd, env = accelerate_launch(*flags, *args)
+        with open(home / "log", "w") as log:
+            procs.append(subprocess.Popen(cmd, cwd=home, env=env | {"RSPO_CACHE": str(home / "cache")}, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:  # a machine waits for one that failed alone
+        codes = [p.poll() for p in procs]
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    return [(code, (home / "log").read_text()) for code, home in zip(codes, homes, strict=True)]
+
+
+def tails(results: list[tuple[int | None, str]]) -> str:
+    return "\n".join(f"machine {i} (exit {code}): ...{log[-1500:]}" for i, (code, log) in enumerate(results))
+
+
+@pytest.mark.slow
+def test_two_machines_with_separate_disks(tmp_path):
+    """Two machines (two `accelerate launch` process groups on this host, one process each,
+    gloo) that share no disk: each its own working directory, so its own relative
+    `train.output_dir`, and its own $RSPO_CACHE. The warm start is built on machine 0 and
+    sent to machine 1; an RSPO step trains the same weights on both; the checkpoint, written
+    on machine 0 only, is sent to machine 1 when the run resumes and restores both."""
+    out, homes = tmp_path / "two.json", [tmp_path / "machine0", tmp_path / "machine1"]
+    warm = ["sft.episodes=8", "sft.epochs=2", "sft.batch_size=8"]  # a small warm start: it only has to exist
+    results = run_machines(homes, *ddp_check(out, "reward.mode=rspo", "train.output_dir=run", *warm))
+    assert [code for code, _ in results] == [0, 0], tails(results)
+    a, b = read_check(out)["ranks"]
+    check_synchronized(a, b)
+    assert a["buffer"] and b["buffer"] and (a["restored"], b["restored"]) == (a["buffer"], b["buffer"])
+    # machine 1 now holds the main's warm start and checkpoint, the same files
+    for sub in ("sft", "checkpoints/step_000000"):
+        assert weights_digest(homes[1] / "run" / sub) == weights_digest(homes[0] / "run" / sub)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "on_disk_0, override, line, failed",
+    [
+        ("warm/", "model.init_from=warm", "rspo: config error: model.init_from=warm: no such directory", 1),
+        ("run/eval_summary.json", "train.output_dir=run", "rspo: error: FileExistsError: train.output_dir=run already "
+         "holds a run: continue it with train.resume=auto", 0),
+    ],
+)  # fmt: skip
+def test_a_check_failing_on_one_machine_stops_every_machine(tmp_path, on_disk_0, override, line, failed):
+    """A start check that fails on one machine's disk only: a path only machine 0 has (the
+    config check fails on machine 1), a run directory that holds a run on machine 0 only
+    (`rspo train`'s check fails on machine 0). Every machine stops with the failing one's
+    line, instead of waiting for it at the rendezvous (rspo.multinode.checked_everywhere)."""
+    homes = [tmp_path / "machine0", tmp_path / "machine1"]
+    made = homes[0] / on_disk_0
+    made.mkdir(parents=True) if on_disk_0.endswith("/") else (made.parent.mkdir(parents=True), made.write_text("{}"))
+    results = run_machines(homes, str(HERE.parent / "train.py"), *SMALL, override, timeout=250)
+    assert [code for code, _ in results] == [1, 1], tails(results)  # torchrun's exit code for a failed process
+    assert f"\n{line}" in "\n" + results[failed][1], tails(results)
+    assert f"{line}" in results[1 - failed][1] and f"[on process {failed}]" in results[1 - failed][1], tails(results)
 
 
 def test_unshardable_setups_stop_at_start_naming_the_fix(monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from pathlib import Path
 
 import peft
 import pytest
@@ -97,6 +98,18 @@ def test_tiny_builds_caches_and_reloads(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir() if not p.name.startswith(".")) == sorted(
         [m1.name_or_path.rsplit("/", 1)[1], m3.name_or_path.rsplit("/", 1)[1]]
     )
+
+
+def test_tiny_model_is_the_same_bytes_in_every_cache(tmp_path, monkeypatch):
+    """Each machine of a multi-node run builds its own tiny model in its own $RSPO_CACHE
+    (rspo.multinode): built twice in two caches, the files are the same bytes."""
+    from rspo.checkpoint import weights_digest
+
+    built = []
+    for machine in ("machine0", "machine1"):
+        monkeypatch.setenv("RSPO_CACHE", str(tmp_path / machine))
+        built.append(load_base(tiny_cfg(), lambda: CORPUS)[0].name_or_path)
+    assert built[0] != built[1] and weights_digest(Path(built[0])) == weights_digest(Path(built[1]))
 
 
 def test_tiny_tokenizer_round_trips_and_renders_chatml():

@@ -154,15 +154,21 @@ def save(
             f"checkpoint of step {step} not written ({e.strerror or e}); "
             + (f"the latest complete one, {kept}, is intact" if kept else "no earlier checkpoint")
         ) from None
-    if final.exists():  # rewriting a step: rename, never delete in place (a half-deleted dir would look complete)
-        old = root / f".old_{PREFIX}{step:06d}"
+    replace_dir(tmp, final)  # rewriting a step replaces it
+    return final
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Rename the complete directory `tmp` to `final`. An existing `final` is renamed away
+    first and then deleted, never deleted in place (a half-deleted dir would look complete)."""
+    if final.exists():
+        old = final.with_name(f".old_{final.name}")
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old)
     else:
         tmp.rename(final)
-    return final
 
 
 def load_trainer_state(path: Path) -> dict:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from rspo.config import Config, ConfigError, dump, load_config
+from rspo.multinode import checked_everywhere
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError("--config: `rspo eval --checkpoint` reads the checkpoint's own config.yaml; "
                               "change its keys with key=value overrides")  # fmt: skip
         own = args.command == "sweep" or (args.command == "eval" and args.checkpoint)  # loaded by the command
-        cfg = None if own else load_config(args.config, args.overrides)
+        # launched on several machines: a config error on one (a path only the others have) stops all
+        cfg = None if own else checked_everywhere(lambda: load_config(args.config, args.overrides))
     except ConfigError as e:
         print(f"rspo: config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

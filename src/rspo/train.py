@@ -26,6 +26,7 @@ from rspo.batch import EXPLORER, TARGET
 from rspo.config import Config, ConfigError, dump
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
 from rspo.log import Logger, RunProgress, format_transcript, write_json
+from rspo.multinode import checked_everywhere, main_decides, share_dir
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
 from rspo.rollout import collect
@@ -115,13 +116,14 @@ def setup(cfg: Config) -> Run:
 
 
 def warm_start(cfg: Config, acc: Accelerator) -> Path:
-    """Run the SFT warm start once (main process) and reuse it on later runs."""
+    """Run the SFT warm start once (global main process) and reuse it on later runs; sent
+    to the machines that lack it (`rspo.multinode`)."""
     from rspo.sft import run_sft, warm_start_dir
 
     out = warm_start_dir(cfg)
     if acc.is_main_process and not (out / "config.json").is_file():
         run_sft(cfg, out, progress=cfg.log.progress)
-    acc.wait_for_everyone()
+    share_dir(acc, out)  # every rank waits here for the main
     return out
 
 
@@ -217,9 +219,12 @@ def save(run: Run) -> None:
 
 
 def resume(run: Run) -> None:
-    path = checkpoint.resolve(run.cfg.train.resume, run.cfg.train.output_dir)
+    """Load the checkpoint `train.resume` names, as the global main process resolves it
+    (`auto`: the latest on its disk), sent to the machines that lack it (`rspo.multinode`)."""
+    path = main_decides(run.acc, lambda: checkpoint.resolve(run.cfg.train.resume, run.cfg.train.output_dir))
     if path is None:
         return
+    share_dir(run.acc, path)
     state = checkpoint.load_trainer_state(path)
     run.policy.load(path / "policy")
     for name, learner in run.learners.items():
@@ -257,8 +262,12 @@ def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
 
 def train(cfg: Config) -> dict:
     """Train with RL. Returns {"before": eval, "after": eval, "history": per-step metrics}."""
-    checkpoint.check_output_dir(cfg.train.output_dir, cfg.train.resume)
-    checkpoint.check_resume(cfg)
+
+    def start_checks() -> None:  # before anything is built, on every machine's disk
+        checkpoint.check_output_dir(cfg.train.output_dir, cfg.train.resume)
+        checkpoint.check_resume(cfg)
+
+    checked_everywhere(start_checks)
     run = setup(cfg)
     try:
         resume(run)
