@@ -25,7 +25,8 @@ import random
 import re
 
 from rspo.envs.webshop import expert_query
-from rspo.envs.webshop_catalog import goal_target, load_shop, make_goal, title_nouns
+from rspo.envs.webshop_cache import load_shop
+from rspo.envs.webshop_catalog import goal_target, make_goal, title_nouns
 from rspo.envs.webshop_reward import WEBSHOP_COLORS, get_reward
 
 # ---- the reading of the original -------------------------------------------------------

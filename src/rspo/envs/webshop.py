@@ -57,11 +57,12 @@ from dataclasses import dataclass, field
 
 from rspo.config import WebshopConfig
 from rspo.envs.base import EnvState, TextEnv
-from rspo.envs.webshop_catalog import Goal, Product, Shop, goal_target, load_shop, make_goal, product_reviews
+from rspo.envs.webshop_cache import Shop, level_of, load_level
+from rspo.envs.webshop_catalog import Goal, Product, goal_target, make_goal, product_reviews
 from rspo.envs.webshop_reward import get_reward, option_matches
 
 SEP = " [SEP] "
-PAGE_SIZE = 10  # results per page
+PAGE_SIZE = 10  # results per page (WebShop's; `env.webshop.page_size`)
 SUB_PAGES = ("description", "features", "reviews")
 SEARCH_PLACEHOLDER = "search[...]"
 SPLITS = ("train", "test")
@@ -79,9 +80,10 @@ class Session:
     page_no: int = 1
     item: int | None = None  # viewed product
     options: dict[str, str] = field(default_factory=dict)  # option name -> selected value
+    page_size: int = PAGE_SIZE
 
     def listed(self) -> list[int]:
-        return self.results[(self.page_no - 1) * PAGE_SIZE : self.page_no * PAGE_SIZE]
+        return self.results[(self.page_no - 1) * self.page_size : self.page_no * self.page_size]
 
 
 def parse_action(action: object) -> tuple[str, str] | None:
@@ -123,7 +125,8 @@ def render(shop: Shop, s: Session, instruction: str, score: float = 0.0) -> str:
 
 
 def clickables(shop: Shop, s: Session) -> list[str]:
-    """The page's clickable texts, lower-cased, in page order."""
+    """The page's clickable texts, lower-cased, in WebShop's order (its `get_available_actions`:
+    the buttons in page order, then the product links, then the option values)."""
     if s.page in ("start", "done"):
         return []
     if s.page == "results":
@@ -131,7 +134,7 @@ def clickables(shop: Shop, s: Session) -> list[str]:
         return ["back to search", *nav, *(shop.products[i].asin.lower() for i in s.listed())]
     if s.page == "item":
         values = [v for vs in shop.products[s.item].options.values() for v in vs]
-        return ["back to search", "< prev", *values, *SUB_PAGES, "buy now"]
+        return ["back to search", "< prev", *SUB_PAGES, "buy now", *values]
     return ["back to search", "< prev"]
 
 
@@ -168,9 +171,9 @@ class WebshopEnv(TextEnv):
             )
         self.cfg = cfg
         self.max_steps = cfg.max_steps
-        self.shop = load_shop(cfg.num_products, cfg.seed)
+        self.shop = load_level(level_of(cfg))
         self.goal: Goal | None = None
-        self.session = Session()
+        self.session = Session(page_size=cfg.page_size)
         self._state: EnvState | None = None
         self._steps = 0
 
@@ -190,7 +193,7 @@ class WebshopEnv(TextEnv):
 
     def reset(self, split: str, index: int) -> EnvState:
         self.goal = self.make_goal(split, index)
-        self.session = Session()
+        self.session = Session(page_size=self.cfg.page_size)
         self._steps = 0
         self._state = self._observe(valid=True, phi_before=0.0)
         return self._state
@@ -302,7 +305,7 @@ def expert_action(shop: Shop, goal: Goal, s: Session) -> str:
     if s.page == "results":
         if not listed:
             return "click[back to search]"
-        if 1.0 not in scores and s.page_no * PAGE_SIZE < len(s.results):
+        if 1.0 not in scores and s.page_no * s.page_size < len(s.results):
             return "click[next >]"
         best = listed[scores.index(1.0)] if 1.0 in scores else listed[scores.index(max(scores))]
         return f"click[{shop.products[best].asin.lower()}]"
