@@ -15,8 +15,9 @@ in the version whose text reads `Page 1 (Total results: N)` and `< Prev` on sub-
 
 As in those templates, `Next >` is on every results page (past the last one the listing
 is empty), `< Prev` from page 2 on; an empty description, feature list or review list
-shows nothing; the done page shows what a browser shows (the template's hidden debug
-block of purchased/target fields is left out; the MTurk code is `None` in WebShop too).
+shows nothing; the done page shows what a browser shows (the template's hidden blocks, the
+purchased/target/goal fields and "Reward Details", which WebShop's text mode prints, are left
+out: the page ends the episode, so no policy acts on it; the MTurk code is `None` in WebShop too).
 
 Actions, as WebShop's text env reads them: `re.match(r"(.+)\[(.+)\]")` on the raw action
 (a prefix match, greedy: `click[x] more` is `click[x]`, `search[a [b]]` is not a
@@ -40,7 +41,7 @@ Known departures from the original (`benchmarks/webshop_agreement.py` measures t
   values instead of WebShop's `(name, value)` pairs for dict goals; rapidfuzz's ratio for
   thefuzz 0.19's difflib one; no Latin-1 stripping);
 - pages: one [SEP] per visible text element of the template (no empty segments for the
-  whitespace between tags); the done page without its hidden debug block; later template
+  whitespace between tags); the done page without its hidden blocks; later template
   versions (`Page 1 (1-10) of N total results`, `< Back to Item Page`, `No Description`)
   are not followed;
 - the catalog, search engine (BM25 over `search_text`, not pyserini) and goals are rspo's
