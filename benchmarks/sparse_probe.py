@@ -58,9 +58,11 @@ def main() -> None:
     sft = Path("runs/probe") / warm_start_key(cfg) / "sft"
     if cfg.sft.episodes and not (sft / "config.json").exists():
         run_sft(cfg, sft, progress=False)
-    if cfg.sft.episodes:  # sft.episodes=0: the base model as it is (e.g. a pretrained one)
+    if cfg.sft.episodes:
         print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
         cfg.model.init_from = str(sft)
+    else:  # sft.episodes=0: the model as it is (a pretrained one, or model.init_from)
+        sft = Path(cfg.model.init_from or cfg.model.name)
     policy = build_policy(cfg.model)
     G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
     with EnvPool(cfg.env, B * G) as pool:
