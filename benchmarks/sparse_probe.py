@@ -2,19 +2,23 @@
 
     .venv/bin/python benchmarks/sparse_probe.py --config configs/default.yaml sft.episodes=200
     .venv/bin/python benchmarks/sparse_probe.py --config configs/default.yaml env.alfworld.max_receptacles=10
+    .venv/bin/python benchmarks/sparse_probe.py --config configs/webshop_cpu.yaml --tasks 24
 
 Builds (or reuses) the warm start of the config plus the dotted overrides (under
-`runs/probe/<warm-start key>/sft`, the key the sweep uses), then samples what RL's first
-iterations would: `--tasks` train tasks (another stream than training's), `rollout.group_size`
-target trajectories each at `rollout.temperature`, `rollout.num_tasks` tasks at a time. It
+`runs/probe/<warm-start key>/sft`, the key the sweep uses; with `sft.episodes=0` none: the
+base model as it is), then samples what RL's first iterations would: `--tasks` train tasks
+(another stream than training's), `rollout.group_size` target trajectories each at
+`rollout.temperature`, `rollout.num_tasks` tasks at a time. It
 reports what the sparse-regime experiment is chosen by (configs/experiments/sparse.yaml):
 
   success                  the warm start's training success (the regime wants <= 0.06)
+  score                    mean task score (WebShop's purchase score; ALFWorld: = success)
   groups_without_signal    groups whose outcome returns are all equal (wants >= 0.6)
   process_positive         trajectories ending with a positive process return (wants >= 0.5)
 
 with 95% intervals (Wilson for rates of trajectories and groups), success by task type,
-and seconds per `rollout.num_tasks` tasks (the rollout share of one RL iteration).
+and seconds per `rollout.num_tasks` tasks (the rollout share of one RL iteration), in wall
+time and in this process's CPU time (which a loaded machine does not inflate).
 No eval split is read.
 """
 
@@ -52,27 +56,31 @@ def main() -> None:
     torch.manual_seed(cfg.train.seed)
     t0 = time.time()
     sft = Path("runs/probe") / warm_start_key(cfg) / "sft"
-    if not (sft / "config.json").exists():
+    if cfg.sft.episodes and not (sft / "config.json").exists():
         run_sft(cfg, sft, progress=False)
-    print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
-    cfg.model.init_from = str(sft)
+    if cfg.sft.episodes:
+        print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
+        cfg.model.init_from = str(sft)
+    else:  # sft.episodes=0: the model as it is (a pretrained one, or model.init_from)
+        sft = Path(cfg.model.init_from or cfg.model.name)
     policy = build_policy(cfg.model)
     G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
     with EnvPool(cfg.env, B * G) as pool:
         rng = random.Random(cfg.train.seed + 777)  # not training's task stream
         tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
-        trajs, seconds = [], []
+        trajs, seconds, cpu = [], [], []
         for start in range(0, len(tasks), B):
-            t1 = time.time()
+            t1, c1 = time.time(), time.process_time()
             ro = collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
                          cfg.rollout, temperature=cfg.rollout.temperature,
                          max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
             seconds.append(time.time() - t1)
+            cpu.append(time.process_time() - c1)  # this process's CPU time (env workers excluded)
             trajs += [(start + t.group_id, t) for t in ro.trajectories]
-    report(trajs, len(tasks), seconds, cfg, sft)
+    report(trajs, len(tasks), seconds, cpu, cfg, sft)
 
 
-def report(trajs: list, num_groups: int, seconds: list[float], cfg, sft: Path) -> None:
+def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float], cfg, sft: Path) -> None:
     n = len(trajs)
     won = sum(t.won for _, t in trajs)
     positive = sum(t.process > 0 for _, t in trajs)
@@ -92,15 +100,18 @@ def report(trajs: list, num_groups: int, seconds: list[float], cfg, sft: Path) -
 
     print(f"{num_groups} train tasks x {cfg.rollout.group_size} trajectories at T={cfg.rollout.temperature}:")
     print(f"  success                {rate(won, n)}")
+    print(f"  score                  {sum(t.score for _, t in trajs) / n:.3f}")
     print(f"  groups_without_signal  {rate(flat, num_groups)}")
     print(f"  process_positive       {rate(positive, n)}")
     turns = sum(t.turns for _, t in trajs)
     print(f"  turns {turns / n:.1f}, invalid actions {sum(t.invalid for _, t in trajs) / max(1, turns):.3f}")
     print("  success by type: " + ", ".join(f"{k} {sum(v) / len(v):.3f}" for k, v in sorted(by_type.items())))
-    print(f"  {sum(seconds) / len(seconds):.0f} s per {cfg.rollout.num_tasks} tasks (rollout only)")
-    summary = {"warm_start": str(sft), "success": won / n, "groups_without_signal": flat / num_groups,
+    wall, cpu_s = sum(seconds) / len(seconds), sum(cpu) / len(cpu)
+    print(f"  {wall:.0f} s per {cfg.rollout.num_tasks} tasks (rollout only), {cpu_s:.0f} s of CPU time")
+    summary = {"warm_start": str(sft), "success": won / n, "score": sum(t.score for _, t in trajs) / n,
+               "groups_without_signal": flat / num_groups,
                "process_positive": positive / n, "tasks": num_groups, "trajectories": n,
-               "rollout_s_per_iteration": sum(seconds) / len(seconds)}  # fmt: skip
+               "rollout_s_per_iteration": wall, "rollout_cpu_s_per_iteration": cpu_s}  # fmt: skip
     print(json.dumps(summary))
 
 

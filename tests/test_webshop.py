@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rspo.config import ConfigError, EnvConfig, WebshopConfig, load_config
 from rspo.envs import make_env
-from rspo.envs.webshop import SEP, RealWebshopEnv, Session, WebshopEnv, parse_action, render
+from rspo.envs.webshop import SEP, RealWebshopEnv, Session, WebshopEnv, clickables, parse_action, render
 from rspo.envs.webshop_catalog import PRICE_RANGE, generate_catalog, make_goal, product_reviews
 from rspo.envs.webshop_reward import fuzzy_match, normalize_color
 from rspo.envs.webshop_taxonomy import PRODUCT_TYPES
@@ -138,6 +138,28 @@ def test_page_texts(env):
         f" [SEP] Your score (min 0.0, max 1.0) [SEP] {s.score}"
     )
     assert s.admissible == []
+
+
+def test_item_page_actions_in_webshops_order(env):
+    """WebShop's get_available_actions lists the buttons in page order, then the option values
+    (its radio inputs), although the page shows the options above the title."""
+    p = replace(env.shop.products[0], options={"color": ("black", "navy blue"), "size": ("small",)})
+    shop = SimpleNamespace(products=[p])
+    assert clickables(shop, Session(page="item", item=0)) == [
+        "back to search", "< prev", "description", "features", "reviews", "buy now",  # the buttons
+        "black", "navy blue", "small",  # then the options
+    ]  # fmt: skip
+
+
+def test_descriptions_are_stripped(env):
+    """WebShop strips a product's description; rspo's ended in a space when a generated one
+    had no filler sentence (425 of the 2,000 default products did)."""
+    products = generate_catalog(2000, 0)
+    assert all(p.description == p.description.strip() for p in products)
+    s = env.reset("test", 0)
+    s = env.step(f"search[{env.goal.query}]")
+    env.step(s.admissible[2])  # the first listed item
+    assert not env.step("click[description]").observation.endswith(" ")
 
 
 def test_empty_sub_pages_show_nothing(env):

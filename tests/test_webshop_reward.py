@@ -211,3 +211,34 @@ def test_agrees_with_the_original_on_1000_generated_cases():
     result = bench.agreement(bench.cases(num_goals=250))  # 4 cases a goal
     assert result["cases"] == 1000
     assert result["agree"] == 1.0, result
+
+
+def test_the_dict_goal_form_reading():
+    """WebShop's synthetic goals pass `goal_options.items()`: a (name, value) pair is
+    colour-normalised by membership and fuzzy-matched as `str(pair)`. rspo passes values."""
+    bench = _agreement_module()
+    assert bench.original_color(("scent", "sandalwood")) == ("scent", "sandalwood")  # 'sand' is no member
+    assert bench.original_color(("color", "black")) == "black"  # an exact colour word is
+    # 'sandalwood' -> 'sand' (a colour word inside it) vs 'scent sandalwood': no common token,
+    # difflib 'sand' / 'sandalwood scent': 2 * 4 / (4 + 16) = 0.4 -> 40 <= 85, no match
+    assert bench.thefuzz_token_set_ratio("sand", ("scent", "sandalwood")) == 40
+    # 'navy blue' -> 'blue' vs 'color navy blue': 'blue' is in both, so the set ratio is 100
+    assert bench.thefuzz_token_set_ratio("blue", ("color", "navy blue")) == 100
+    p = SimpleNamespace(
+        query="candle", product_category="a › b", title="Sandalwood Candle", attributes=(), bullets=(),
+        description="", price=5.0,
+    )  # fmt: skip
+    g = SimpleNamespace(
+        query="candle", product_category="a › b", name="Sandalwood Candle", attributes=(),
+        options={"scent": "sandalwood"}, price_upper=10.0,
+    )  # fmt: skip
+    nouns = bench.title_nouns
+    # list: 'sand' = 'sand': (0 attributes + 1 option + 1 price) / (0 + 1 + 1) = 1.0
+    assert bench.original_reward(p, g, {"scent": "sandalwood"}, nouns, "list")["score"] == 1.0
+    # dict: the option no longer matches: (0 + 0 + 1) / 2 = 0.5
+    assert bench.original_reward(p, g, {"scent": "sandalwood"}, nouns, "dict")["score"] == 0.5
+
+
+def test_spacy_nouns_without_a_pipeline_is_none():
+    """Without spaCy or the named pipeline the benchmark falls back to rspo's nouns."""
+    assert _agreement_module().spacy_nouns("/no/such/spacy/pipeline") is None

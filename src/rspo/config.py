@@ -106,6 +106,12 @@ class WebshopConfig:
     outcome: str = "success"  # outcome reward channel: success (score == 1) | score
     max_steps: int = 15
     seed: int = 0
+    # difficulty of the generated shop (defaults: the original's); each level's catalog is
+    # generated once into the rspo cache (rspo.envs.webshop_cache)
+    num_product_types: int = 0  # product types the catalog draws from (of 30); 0 = all. Fewer: fewer look-alikes
+    max_option_types: int = 2  # option types (colour, size, ...) a product keeps (2 = all); 0 = none to select
+    variant_fraction: float = 0.4  # share of near-copies differing in one attribute, option or price
+    page_size: int = 10  # results per page
     backend: str = "generated"  # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
     real_file_path: str = ""  # real backend: its products file; empty = web_agent_site's default
     real_num_products: int = 0  # real backend: 0 = all; its indexes exist for 100, 1000, 100000

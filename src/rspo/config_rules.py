@@ -43,6 +43,10 @@ RANGES: dict[str, str] = {
     "env.webshop.num_test_goals": ">= 1",
     "env.webshop.max_steps": ">= 1",
     "env.webshop.seed": ">= 0",
+    "env.webshop.num_product_types": "[0, 30]",  # 0 = all 30 (webshop_taxonomy.PRODUCT_TYPES)
+    "env.webshop.max_option_types": "[0, 2]",  # 2 = all (webshop_taxonomy.MAX_OPTION_TYPES)
+    "env.webshop.variant_fraction": "[0, 1)",
+    "env.webshop.page_size": ">= 1",
     "env.webshop.real_num_products": ">= 0",  # 0 = all
     "rollout.num_tasks": ">= 1",
     "rollout.group_size": ">= 1",

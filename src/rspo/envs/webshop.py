@@ -15,8 +15,9 @@ in the version whose text reads `Page 1 (Total results: N)` and `< Prev` on sub-
 
 As in those templates, `Next >` is on every results page (past the last one the listing
 is empty), `< Prev` from page 2 on; an empty description, feature list or review list
-shows nothing; the done page shows what a browser shows (the template's hidden debug
-block of purchased/target fields is left out; the MTurk code is `None` in WebShop too).
+shows nothing; the done page shows what a browser shows (the template's hidden blocks, the
+purchased/target/goal fields and "Reward Details", which WebShop's text mode prints, are left
+out: the page ends the episode, so no policy acts on it; the MTurk code is `None` in WebShop too).
 
 Actions, as WebShop's text env reads them: `re.match(r"(.+)\[(.+)\]")` on the raw action
 (a prefix match, greedy: `click[x] more` is `click[x]`, `search[a [b]]` is not a
@@ -40,7 +41,7 @@ Known departures from the original (`benchmarks/webshop_agreement.py` measures t
   values instead of WebShop's `(name, value)` pairs for dict goals; rapidfuzz's ratio for
   thefuzz 0.19's difflib one; no Latin-1 stripping);
 - pages: one [SEP] per visible text element of the template (no empty segments for the
-  whitespace between tags); the done page without its hidden debug block; later template
+  whitespace between tags); the done page without its hidden blocks; later template
   versions (`Page 1 (1-10) of N total results`, `< Back to Item Page`, `No Description`)
   are not followed;
 - the catalog, search engine (BM25 over `search_text`, not pyserini) and goals are rspo's
@@ -57,11 +58,12 @@ from dataclasses import dataclass, field
 
 from rspo.config import WebshopConfig
 from rspo.envs.base import EnvState, TextEnv
-from rspo.envs.webshop_catalog import Goal, Product, Shop, goal_target, load_shop, make_goal, product_reviews
+from rspo.envs.webshop_cache import Shop, level_of, load_level
+from rspo.envs.webshop_catalog import Goal, Product, goal_target, make_goal, product_reviews
 from rspo.envs.webshop_reward import get_reward, option_matches
 
 SEP = " [SEP] "
-PAGE_SIZE = 10  # results per page
+PAGE_SIZE = 10  # results per page (WebShop's; `env.webshop.page_size`)
 SUB_PAGES = ("description", "features", "reviews")
 SEARCH_PLACEHOLDER = "search[...]"
 SPLITS = ("train", "test")
@@ -79,9 +81,10 @@ class Session:
     page_no: int = 1
     item: int | None = None  # viewed product
     options: dict[str, str] = field(default_factory=dict)  # option name -> selected value
+    page_size: int = PAGE_SIZE
 
     def listed(self) -> list[int]:
-        return self.results[(self.page_no - 1) * PAGE_SIZE : self.page_no * PAGE_SIZE]
+        return self.results[(self.page_no - 1) * self.page_size : self.page_no * self.page_size]
 
 
 def parse_action(action: object) -> tuple[str, str] | None:
@@ -123,7 +126,8 @@ def render(shop: Shop, s: Session, instruction: str, score: float = 0.0) -> str:
 
 
 def clickables(shop: Shop, s: Session) -> list[str]:
-    """The page's clickable texts, lower-cased, in page order."""
+    """The page's clickable texts, lower-cased, in WebShop's order (its `get_available_actions`:
+    the buttons in page order, then the product links, then the option values)."""
     if s.page in ("start", "done"):
         return []
     if s.page == "results":
@@ -131,7 +135,7 @@ def clickables(shop: Shop, s: Session) -> list[str]:
         return ["back to search", *nav, *(shop.products[i].asin.lower() for i in s.listed())]
     if s.page == "item":
         values = [v for vs in shop.products[s.item].options.values() for v in vs]
-        return ["back to search", "< prev", *values, *SUB_PAGES, "buy now"]
+        return ["back to search", "< prev", *SUB_PAGES, "buy now", *values]
     return ["back to search", "< prev"]
 
 
@@ -168,9 +172,9 @@ class WebshopEnv(TextEnv):
             )
         self.cfg = cfg
         self.max_steps = cfg.max_steps
-        self.shop = load_shop(cfg.num_products, cfg.seed)
+        self.shop = load_level(level_of(cfg))
         self.goal: Goal | None = None
-        self.session = Session()
+        self.session = Session(page_size=cfg.page_size)
         self._state: EnvState | None = None
         self._steps = 0
 
@@ -190,7 +194,7 @@ class WebshopEnv(TextEnv):
 
     def reset(self, split: str, index: int) -> EnvState:
         self.goal = self.make_goal(split, index)
-        self.session = Session()
+        self.session = Session(page_size=self.cfg.page_size)
         self._steps = 0
         self._state = self._observe(valid=True, phi_before=0.0)
         return self._state
@@ -302,7 +306,7 @@ def expert_action(shop: Shop, goal: Goal, s: Session) -> str:
     if s.page == "results":
         if not listed:
             return "click[back to search]"
-        if 1.0 not in scores and s.page_no * PAGE_SIZE < len(s.results):
+        if 1.0 not in scores and s.page_no * s.page_size < len(s.results):
             return "click[next >]"
         best = listed[scores.index(1.0)] if 1.0 in scores else listed[scores.index(max(scores))]
         return f"click[{shop.products[best].asin.lower()}]"

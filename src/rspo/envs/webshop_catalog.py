@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import bm25s
 import numpy as np
 
-from rspo.envs.webshop_taxonomy import BRANDS, CATEGORY_ROOTS, NOT_NOUNS, PRODUCT_TYPES
+from rspo.envs.webshop_taxonomy import BRANDS, CATEGORY_ROOTS, MAX_OPTION_TYPES, NOT_NOUNS, PRODUCT_TYPES
 
 VARIANT_FRACTION = 0.4  # share of products that are one-change copies of an earlier product
 RANGE_FRACTION = 0.25  # share of products priced as a range
@@ -79,6 +79,32 @@ class Goal:
     instruction_text: str
 
 
+@dataclass(frozen=True)
+class Level:
+    """What a generated catalog depends on: its size, seed and difficulty (the defaults are
+    the shop the fidelity measurements use). Fewer product types and fewer near-copies make
+    the target easier to find; fewer option types leave fewer options to select."""
+
+    num_products: int
+    seed: int = 0
+    num_product_types: int = 0  # the first k of an even spread over PRODUCT_TYPES; 0 = all
+    max_option_types: int = MAX_OPTION_TYPES  # option types a product keeps (its type's first ones)
+    variant_fraction: float = VARIANT_FRACTION  # share of one-change copies of an earlier product
+
+    def type_ids(self) -> list[int]:
+        """The product types drawn from: k spread evenly over the categories' order."""
+        n, k = len(PRODUCT_TYPES), self.num_product_types or len(PRODUCT_TYPES)
+        return sorted({i * n // k for i in range(k)})
+
+    def name(self) -> str:
+        """The cache directory's name: seed and size, then each setting off its default."""
+        parts = [f"seed{self.seed}", f"n{self.num_products}"]
+        parts += [f"t{self.num_product_types}"] * bool(self.num_product_types)
+        parts += [f"o{self.max_option_types}"] * (self.max_option_types != MAX_OPTION_TYPES)
+        parts += [f"v{self.variant_fraction:g}"] * (self.variant_fraction != VARIANT_FRACTION)
+        return "-".join(parts)
+
+
 @dataclass
 class _Spec:
     """The random choices behind one product; text is rendered from it."""
@@ -105,11 +131,13 @@ def _draw_price(base: float, rng: random.Random) -> tuple[tuple[float, ...], flo
     return (low, high), round(rng.uniform(low, high), 2)
 
 
-def _fresh_spec(rng: random.Random) -> _Spec:
-    type_id = rng.randrange(len(PRODUCT_TYPES))
+def _fresh_spec(rng: random.Random, level: Level) -> _Spec:
+    types = level.type_ids()
+    type_id = types[rng.randrange(len(types))]
     ptype = PRODUCT_TYPES[type_id]
     attributes = rng.sample(ptype.attributes, rng.randint(2, min(4, len(ptype.attributes))))
-    options = {name: rng.sample(pool, rng.randint(2, min(4, len(pool)))) for name, pool in ptype.options}
+    pools = ptype.options[: level.max_option_types]
+    options = {name: rng.sample(pool, rng.randint(2, min(4, len(pool)))) for name, pool in pools}
     pricing, price = _draw_price(rng.uniform(*ptype.price), rng)
     brand = rng.choice(BRANDS[ptype.category])
     return _Spec(type_id, brand, rng.choice(ptype.descriptors), attributes, options, pricing, price)
@@ -150,9 +178,9 @@ def _render(index: int, asin: str, spec: _Spec, rng: random.Random) -> Product:
     named = rng.sample(spec.attributes[1:], rng.randint(0, len(spec.attributes) - 1))
     highlights = f"Highlights: {', '.join(named)}. " if named else ""
     filler = " ".join(rng.sample(ptype.blurbs, rng.randint(0, 4)))
-    description = (
+    description = (  # stripped, as WebShop strips its descriptions (else 1 in 5 ends in a space)
         f"Made for everyday use: the {spec.descriptor.lower()} {ptype.name} by {spec.brand}. {highlights}{filler}"
-    )
+    ).strip()
     bullets = tuple(f"{a.upper()}: {rng.choice(ptype.blurbs)}" for a in spec.attributes) + (
         "SATISFACTION GUARANTEE: contact us with any question and we will help.",
     )
@@ -188,17 +216,18 @@ def _asins(n: int, rng: random.Random) -> list[str]:
     return out
 
 
-def generate_catalog(num_products: int, seed: int) -> list[Product]:
-    """`num_products` products, the same for the same seed."""
+def generate_catalog(num_products: int, seed: int, **level: float) -> list[Product]:
+    """`num_products` products, the same for the same seed and level (`Level`'s other fields)."""
     if num_products < 1:
         raise ValueError(f"num_products must be >= 1, got {num_products}")
+    lv = Level(num_products, seed, **level)
     rng = random.Random(f"webshop-catalog/{seed}")
     specs: list[_Spec] = []
     for i in range(num_products):
-        if i > 0 and rng.random() < VARIANT_FRACTION:
+        if i > 0 and rng.random() < lv.variant_fraction:
             specs.append(_variant_spec(specs[rng.randrange(i)], rng))
         else:
-            specs.append(_fresh_spec(rng))
+            specs.append(_fresh_spec(rng, lv))
     asins = _asins(num_products, rng)
     return [_render(i, asins[i], spec, rng) for i, spec in enumerate(specs)]
 
@@ -319,6 +348,20 @@ class SearchIndex:
         self._bm25.index(corpus, show_progress=False)
         self._num_docs = len(products)
 
+    def save(self, path: str) -> None:
+        """Write the index and its vocabulary to the directory `path` (`SearchIndex.load` reads them)."""
+        self._bm25.save(path, show_progress=False)
+        self._tokenizer.save_vocab(path)
+
+    @classmethod
+    def load(cls, path: str, num_docs: int) -> SearchIndex:
+        index = cls.__new__(cls)
+        index._tokenizer = bm25s.tokenization.Tokenizer(stopwords="en", stemmer=_stem)
+        index._tokenizer.load_vocab(path)
+        index._bm25 = bm25s.BM25.load(path, show_progress=False)
+        index._num_docs = num_docs
+        return index
+
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[int]:
         """Indices of the best `k` products with a positive score, best first (ties: lower index)."""
         ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)[0]
@@ -329,19 +372,3 @@ class SearchIndex:
         top = np.argpartition(-scores, k - 1)[:k]
         top = top[np.lexsort((top, -scores[top]))]
         return [int(i) for i in top if scores[i] > 0]
-
-
-@dataclass(frozen=True)
-class Shop:
-    """The catalog and its search index; shared by every env with the same size and seed."""
-
-    products: list[Product]
-    index: SearchIndex
-    by_asin: dict[str, int]  # lower-case ASIN -> product index
-
-
-@functools.lru_cache(maxsize=4)
-def load_shop(num_products: int, seed: int) -> Shop:
-    """The shop for (num_products, seed), built once per process."""
-    products = generate_catalog(num_products, seed)
-    return Shop(products, SearchIndex(products), {p.asin.lower(): p.index for p in products})

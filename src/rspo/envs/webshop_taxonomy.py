@@ -35,6 +35,8 @@ class ProductType:
 # (descriptors and attributes included: "Solid Wood"), so every other title word counts.
 NOT_NOUNS = frozenset({"and", "up", "two"})  # 'plug and play', 'lace up', 'two drawer'
 
+MAX_OPTION_TYPES = 2  # the most option types (colour, size, ...) any product type has
+
 CATEGORY_ROOTS = {
     "beauty": "Beauty & Personal Care",
     "food": "Grocery & Gourmet Food",

@@ -1,0 +1,137 @@
+"""WebShop difficulty levels (`env.webshop.*`): what each key changes, the cache, validation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rspo.config import ConfigError, WebshopConfig, load_config
+from rspo.config_rules import RANGES
+from rspo.envs import webshop_cache
+from rspo.envs.webshop import WebshopEnv
+from rspo.envs.webshop_cache import level_dir, level_of, load_level
+from rspo.envs.webshop_catalog import Level, generate_catalog
+from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
+
+EASY = WebshopConfig(
+    num_products=60, num_goals=80, num_test_goals=20, num_product_types=5, max_option_types=1, page_size=3
+)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Every test here writes its levels to its own empty cache."""
+    monkeypatch.setenv("RSPO_CACHE", str(tmp_path))
+    load_level.cache_clear()
+    yield tmp_path
+    load_level.cache_clear()
+
+
+def test_default_level_is_the_original_catalog():
+    """The defaults draw the same random stream as before levels existed: every type, both
+    option types, 40% near-copies; and the cache name carries no setting."""
+    default = Level(300, 7)
+    assert [vars(p) for p in generate_catalog(300, 7)] == [
+        vars(p) for p in generate_catalog(300, 7, num_product_types=0, max_option_types=2, variant_fraction=0.4)
+    ]
+    assert default.name() == "seed7-n300" and level_of(WebshopConfig()) == Level(2000, 0)
+    assert max(len(t.options) for t in PRODUCT_TYPES) == MAX_OPTION_TYPES  # "2 = all" in the config
+
+
+def test_product_types_spread_over_the_categories():
+    # 30 types, 6 a category in order: k = 5 takes types 0, 6, 12, 18, 24 (i * 30 // 5)
+    assert Level(10, num_product_types=5).type_ids() == [0, 6, 12, 18, 24]
+    products = generate_catalog(200, 0, num_product_types=5)
+    assert {p.query for p in products} == {PRODUCT_TYPES[i].name for i in (0, 6, 12, 18, 24)}
+    assert {p.category for p in products} == {"beauty", "food", "fashion", "furniture", "electronics"}
+    assert {p.query for p in generate_catalog(50, 0, num_product_types=1)} == {PRODUCT_TYPES[0].name}
+
+
+def test_option_types_are_capped():
+    for k in (0, 1):
+        products = generate_catalog(300, 0, max_option_types=k)
+        assert max(len(p.options) for p in products) == k
+        type_of = {t.name: t for t in PRODUCT_TYPES}
+        assert all(list(p.options) == [n for n, _ in type_of[p.query].options[:k]] for p in products)
+    env = WebshopEnv(replace(EASY, max_option_types=0))
+    s = env.reset("test", 0)
+    assert " with " not in env.goal.instruction_text and env.goal.options == {}
+    while not s.done:
+        s = env.step(env.expert_action())
+    assert s.won  # no options to select: search, click, buy
+
+
+def test_variant_fraction_controls_near_copies():
+    """A near-copy changing an option or the price (2 in 3 of them) keeps its parent's title and
+    attributes; two fresh products almost never share both."""
+
+    def copies(products) -> int:
+        keys = [(p.title, frozenset(p.attributes)) for p in products]
+        return len(keys) - len(set(keys))
+
+    # 400 products at 0.4: ~160 near-copies, 2 in 3 of them keep title and attributes (112 here);
+    # fresh products share both only by chance (same type, brand, descriptor and attribute set: 5 here)
+    assert copies(generate_catalog(400, 0)) > 60
+    assert copies(generate_catalog(400, 0, variant_fraction=0.0)) <= 10
+
+
+def test_page_size():
+    env = WebshopEnv(EASY)
+    env.reset("test", 1)
+    s = env.step(f"search[{env.goal.query}]")
+    results = env.session.results
+    assert len(results) > 3 and s.observation.count(" [SEP] B0") == 3  # 3 listed: ASIN, title, price each
+    s = env.step("click[next >]")
+    assert env.session.listed() == results[3:6]
+    wins = 0
+    for i in range(20):
+        s = env.reset("test", i)
+        while not s.done:
+            s = env.step(env.expert_action())
+        wins += s.won
+    assert wins >= 19  # the expert pages 3 at a time and still finds the target
+
+
+def test_levels_are_generated_once_into_the_cache(cache):
+    level = level_of(EASY)
+    root = level_dir(level)
+    assert root == cache / "webshop" / f"v{webshop_cache.VERSION}-seed0-n60-t5-o1"
+    shop = load_level(level)
+    assert (root / "catalog.json").is_file() and (root / "index").is_dir()
+    load_level.cache_clear()
+    again = load_level(level)  # read back from disk, not generated
+    assert again is not shop and [vars(p) for p in again.products] == [vars(p) for p in shop.products]
+    for query in ("shampoo lavender", "running shoes black", "sulfate free", "nothing matches zzz"):
+        assert again.index.search(query) == shop.index.search(query)
+    assert level_dir(replace(level, variant_fraction=0.0)).name.endswith("-t5-o1-v0")  # another level, another dir
+
+
+def test_a_corrupt_cache_names_the_directory(cache):
+    root = level_dir(level_of(EASY))
+    load_level(level_of(EASY))
+    (root / "catalog.json").write_text("[{")
+    load_level.cache_clear()
+    with pytest.raises(ValueError, match=f"corrupt WebShop cache {root}.*delete the directory"):
+        load_level(level_of(EASY))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("env.webshop.num_product_types=31", "env.webshop.num_product_types: must be in [0, 30], got 31"),
+        ("env.webshop.max_option_types=3", "env.webshop.max_option_types: must be in [0, 2], got 3"),
+        ("env.webshop.variant_fraction=1", "env.webshop.variant_fraction: must be in [0, 1), got 1.0"),
+        ("env.webshop.page_size=0", "env.webshop.page_size: must be >= 1, got 0"),
+        ("env.webshop.max_steps=0", "env.webshop.max_steps: must be >= 1, got 0"),
+    ],
+)
+def test_bad_levels_are_config_errors(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["env.name=webshop", override])
+    assert str(e.value) == message
+
+
+def test_ranges_agree_with_the_taxonomy():
+    assert RANGES["env.webshop.num_product_types"] == f"[0, {len(PRODUCT_TYPES)}]"
+    assert RANGES["env.webshop.max_option_types"] == f"[0, {MAX_OPTION_TYPES}]"
