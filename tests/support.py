@@ -6,6 +6,8 @@ import it too: `sys.path.insert(0, "tests"); from support import SMALL, poison`.
 
 from __future__ import annotations
 
+import socket
+
 NAN, INF = float("nan"), float("inf")
 
 # A WebShop small enough to train on in seconds: 300 products, a 1-layer 64-wide model,
@@ -85,3 +87,10 @@ def poison(kind: str, run):
 
     rspo.update.micro_loss = poisoned
     return lambda: setattr(rspo.update, "micro_loss", real)
+
+
+def free_port() -> int:
+    """A TCP port no one listens on now (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

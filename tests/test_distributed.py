@@ -18,13 +18,12 @@ its own working directory with its own $RSPO_CACHE, as machines with separate di
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import SMALL
+from support import SMALL, free_port
 
 from rspo.checkpoint import weights_digest
 
@@ -123,12 +122,6 @@ def test_fsdp_trains_as_ddp(warm_model, tmp_path, lora):
     assert fsdp[0]["after"] == pytest.approx(ddp[0]["after"], rel=1e-6)
     for key in ("loss/policy", "loss/value", "explorer/loss/policy", "loss/grad_norm"):
         assert fsdp[0]["metrics"][key] == pytest.approx(ddp[0]["metrics"][key], rel=1e-5)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_machines(homes: list[Path], *args: str, timeout: float = 400) -> list[tuple[int | None, str]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import peft
 import pytest
 import torch
+from support import free_port
 from transformers import AutoModelForCausalLM
 
 from rspo.config import ConfigError, LoraConfig, ModelConfig, TinyModelConfig
@@ -346,7 +347,7 @@ def one_rank(monkeypatch):
     import torch.distributed as dist
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29541")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not a fixed one: two suites at once collide
     dist.init_process_group("gloo", rank=0, world_size=1)
     yield
     dist.destroy_process_group()

@@ -66,18 +66,18 @@ METRICS = [
 THREADS = torch.get_num_threads()  # before any test changes it: the session's warm start uses them
 FINGERPRINT = "torch 2.13.0+cpu, AVX2, 2 threads"
 EXPECTED = {  # the single-learner modes agree: no reward but the penalty (module docstring)
-    ("grpo", "outcome"): "7f2ce016392e7e3a9e14d0a0b1756f00dfdb4ab691772187c060ce1018cfc67e",
-    ("grpo", "process"): "7f2ce016392e7e3a9e14d0a0b1756f00dfdb4ab691772187c060ce1018cfc67e",
-    ("grpo", "shaped"): "7f2ce016392e7e3a9e14d0a0b1756f00dfdb4ab691772187c060ce1018cfc67e",
-    ("grpo", "rspo"): "3c9906f131d6d9ddeb0555810563a2b73b7ca19e53a78397b2ac87af7b58f7ca",
-    ("gigpo", "outcome"): "d4d7ad95028142b53d163cffa352ffad2c682f4ce1c5aea0b1f016f21a9246d5",
-    ("gigpo", "process"): "d4d7ad95028142b53d163cffa352ffad2c682f4ce1c5aea0b1f016f21a9246d5",
-    ("gigpo", "shaped"): "d4d7ad95028142b53d163cffa352ffad2c682f4ce1c5aea0b1f016f21a9246d5",
-    ("gigpo", "rspo"): "6c84b496d6bbced4bbfbef795d12308744e786a1edfa8ae198e50e936b7fb263",
-    ("ppo", "outcome"): "b62fbced4a5295f57e989c856f0a4e55e79d7e53a52bea11e0cb17d03920fb3f",
-    ("ppo", "process"): "b62fbced4a5295f57e989c856f0a4e55e79d7e53a52bea11e0cb17d03920fb3f",
-    ("ppo", "shaped"): "b62fbced4a5295f57e989c856f0a4e55e79d7e53a52bea11e0cb17d03920fb3f",
-    ("ppo", "rspo"): "0af31645136dfe769685b8a147a5524e0ad52ff7ba1acf6aba976bcb7c205b99",
+    ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+    ("grpo", "process"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+    ("grpo", "shaped"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+    ("grpo", "rspo"): "cc743a964dfedda635347f483001c7bb998c5d2af16db3a2a1f7287ddfe42c3e",
+    ("gigpo", "outcome"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+    ("gigpo", "process"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+    ("gigpo", "shaped"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+    ("gigpo", "rspo"): "cc65cb0659ecf798944d3fd283b5aa099fd9a37e309e2c4da7f14db249d9de8c",
+    ("ppo", "outcome"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+    ("ppo", "process"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+    ("ppo", "shaped"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+    ("ppo", "rspo"): "8add03bbfca9fd2108060fcef11eb1a2b960a7c6d974d9303b57619313c70019",
 }
 
 
