@@ -29,8 +29,9 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_default_level_is_the_original_catalog():
-    """The defaults draw the same random stream as before levels existed: every type, both
-    option types, 40% near-copies; and the cache name carries no setting."""
+    """The defaults are the original's: every type, both option types, 40% near-copies (the
+    random stream draws a type with one `randrange` whatever the level, so the default catalog
+    is the one rspo always generated); the default level's cache name carries no setting."""
     default = Level(300, 7)
     assert [vars(p) for p in generate_catalog(300, 7)] == [
         vars(p) for p in generate_catalog(300, 7, num_product_types=0, max_option_types=2, variant_fraction=0.4)
