@@ -56,9 +56,9 @@ def main() -> None:
     torch.manual_seed(cfg.train.seed)
     t0 = time.time()
     sft = Path("runs/probe") / warm_start_key(cfg) / "sft"
-    if cfg.sft.episodes and not (sft / "config.json").exists():
-        run_sft(cfg, sft, progress=False)
     if cfg.sft.episodes:
+        if not (sft / "config.json").exists():
+            run_sft(cfg, sft, progress=False)
         print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
         cfg.model.init_from = str(sft)
     else:  # sft.episodes=0: the model as it is (a pretrained one, or model.init_from)
@@ -84,6 +84,7 @@ def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float],
     n = len(trajs)
     won = sum(t.won for _, t in trajs)
     positive = sum(t.process > 0 for _, t in trajs)
+    score = sum(t.score for _, t in trajs) / n
     signal = signal_metrics(
         torch.tensor([t.outcome for _, t in trajs]),
         torch.zeros(n, dtype=torch.long),
@@ -100,7 +101,7 @@ def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float],
 
     print(f"{num_groups} train tasks x {cfg.rollout.group_size} trajectories at T={cfg.rollout.temperature}:")
     print(f"  success                {rate(won, n)}")
-    print(f"  score                  {sum(t.score for _, t in trajs) / n:.3f}")
+    print(f"  score                  {score:.3f}")
     print(f"  groups_without_signal  {rate(flat, num_groups)}")
     print(f"  process_positive       {rate(positive, n)}")
     turns = sum(t.turns for _, t in trajs)
@@ -108,7 +109,7 @@ def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float],
     print("  success by type: " + ", ".join(f"{k} {sum(v) / len(v):.3f}" for k, v in sorted(by_type.items())))
     wall, cpu_s = sum(seconds) / len(seconds), sum(cpu) / len(cpu)
     print(f"  {wall:.0f} s per {cfg.rollout.num_tasks} tasks (rollout only), {cpu_s:.0f} s of CPU time")
-    summary = {"warm_start": str(sft), "success": won / n, "score": sum(t.score for _, t in trajs) / n,
+    summary = {"warm_start": str(sft), "success": won / n, "score": score,
                "groups_without_signal": flat / num_groups,
                "process_positive": positive / n, "tasks": num_groups, "trajectories": n,
                "rollout_s_per_iteration": wall, "rollout_cpu_s_per_iteration": cpu_s}  # fmt: skip
