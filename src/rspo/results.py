@@ -36,6 +36,7 @@ MECHANISM = (
     ("rspo/groups_rescued", "failed target groups rescued by explorer or replay"),
     ("rspo/explorer_only_successes", "explorer successes where the target had none (per iteration)"),
     ("rspo/replay_only_successes", "replayed successes where the target had none (per iteration)"),
+    ("rspo/replayed", "replayed trajectories joining the target's groups (per iteration)"),
 )
 
 
@@ -161,10 +162,10 @@ def mechanism(all_runs: list[dict]) -> list[dict]:
         for mode in modes:
             arm = [r for r in group if r["mode"] == mode and r.get("trace")]
             for key, words in MECHANISM:
-                series = [[p[key] for p in r["trace"] if key in p] for r in arm]
-                if not any(series):
+                series = [s for r in arm if (s := [p[key] for p in r["trace"] if key in p])]  # seeds that logged it
+                if not series:
                     continue
-                row = {"env": env, "algo": algo, "mode": mode, "metric": key, "words": words, "seeds": len(arm)}
+                row = {"env": env, "algo": algo, "mode": mode, "metric": key, "words": words, "seeds": len(series)}
                 for part, cut in (("first", slice(0, 1)), ("first10", slice(0, 10)), ("last10", slice(-10, None)),
                                   ("all", slice(None))):  # fmt: skip
                     per_seed = [np.mean(s[cut]) for s in series if s[cut]]

@@ -50,6 +50,7 @@ TRACE_KEYS = (
     "rspo/groups_rescued",
     "rspo/explorer_only_successes",
     "rspo/replay_only_successes",
+    "rspo/replayed",
 )
 
 

@@ -14,6 +14,9 @@ one of those trajectories won. These metrics say how often that happened:
   rspo/explorer_only_successes   winning explorer trajectories in groups with no target
                                  success (a count for the iteration)
   rspo/replay_only_successes     the same for replayed trajectories
+  rspo/replayed                  replayed trajectories that joined the target's groups
+                                 (a count for the iteration, won or not): whether replay
+                                 happened at all (it needs a buffered task to recur)
 
 The `rspo/…` keys appear only when the batch has explorer or replayed rows. A success is
 a trajectory whose (unscaled) outcome return reaches 1: ALFWorld's `won`, WebShop's
@@ -73,6 +76,7 @@ def signal_metrics(outcome_return: Tensor, source: Tensor, group_id: Tensor) -> 
         out["rspo/groups_rescued"] = _fraction(rescued[failed])
     out["rspo/explorer_only_successes"] = float(explorer_wins.sum())
     out["rspo/replay_only_successes"] = float(replay_wins.sum())
+    out["rspo/replayed"] = float(((source == REPLAY) & has_target[group_id]).sum())
     return out
 
 
@@ -94,6 +98,7 @@ def signal_metrics_loop(outcome_return: Tensor, source: Tensor, group_id: Tensor
     if all(s == TARGET for rows in groups.values() for _, s in rows):
         return out
     failed = [rows for rows in with_target if not any(o >= SUCCESS for o, s in rows if s == TARGET)]
+    replayed = sum(s == REPLAY for rows in with_target for _, s in rows)
     wins = {EXPLORER: 0, REPLAY: 0}
     rescued = 0
     for rows in failed:
@@ -105,4 +110,5 @@ def signal_metrics_loop(outcome_return: Tensor, source: Tensor, group_id: Tensor
         out["rspo/groups_rescued"] = rescued / len(failed)
     out["rspo/explorer_only_successes"] = float(wins[EXPLORER])
     out["rspo/replay_only_successes"] = float(wins[REPLAY])
+    out["rspo/replayed"] = float(replayed)
     return out
