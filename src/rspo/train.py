@@ -128,14 +128,18 @@ def warm_start(cfg: Config, acc: Accelerator) -> Path:
     return out
 
 
+def train_task_draws(seed: int, step: int, num_tasks: int, num_train_tasks: int) -> list[int]:
+    """The train-split task indices every rank together plays at `step`: `num_tasks` draws
+    with replacement, deterministic in (seed, step)."""
+    rng = random.Random(seed * 1_000_003 + step)
+    return [rng.randrange(num_train_tasks) for _ in range(num_tasks)]
+
+
 def sample_tasks(run: Run) -> list[tuple[str, int]]:
     """This rank's B train tasks for this step: deterministic in (seed, step, rank)."""
-    cfg = run.cfg
-    rng = random.Random(cfg.train.seed * 1_000_003 + run.step)
-    tasks = [
-        ("train", rng.randrange(run.num_train_tasks)) for _ in range(cfg.rollout.num_tasks * run.acc.num_processes)
-    ]
-    return tasks[run.acc.process_index :: run.acc.num_processes]
+    cfg, world = run.cfg, run.acc.num_processes
+    draws = train_task_draws(cfg.train.seed, run.step, cfg.rollout.num_tasks * world, run.num_train_tasks)
+    return [("train", index) for index in draws[run.acc.process_index :: world]]
 
 
 def rl_step(run: Run) -> dict[str, float]:
