@@ -16,10 +16,10 @@ def test_hand_built_groups():
     # g1: T 0, T 0, E 1, R 1   no signal; failed; rescued by the explorer and by replay
     # g2: T 0, T 0, E 0        no signal; failed; not rescued
     # g3: T 1, T 1             no signal (all won); not failed
-    # g4: E 1                  no target rows: left out of every metric
+    # g4: E 1, R 1             no target rows: left out of every metric
     # g5: T .5, T 0, E .75     signal (.5 != 0) but failed (a score of .5 is no success); not rescued
     rows = [(1, T, 0), (0, T, 0), (1, E, 0), (1, R, 0), (0, T, 1), (0, T, 1), (1, E, 1), (1, R, 1),
-            (0, T, 2), (0, T, 2), (0, E, 2), (1, T, 3), (1, T, 3), (1, E, 4), (0.5, T, 5), (0, T, 5),
+            (0, T, 2), (0, T, 2), (0, E, 2), (1, T, 3), (1, T, 3), (1, E, 4), (1, R, 4), (0.5, T, 5), (0, T, 5),
             (0.75, E, 5)]  # fmt: skip
     o, s, g = (torch.tensor(c) for c in zip(*rows))
     want = {
@@ -27,7 +27,7 @@ def test_hand_built_groups():
         "rspo/groups_rescued": 1 / 3,  # g1 of the failed g1, g2, g5
         "rspo/explorer_only_successes": 1.0,  # g1's explorer win (g0's is in a group the target won, g4 has no target)
         "rspo/replay_only_successes": 1.0,  # g1's replayed win (g0's is in a group the target won)
-        "rspo/replayed": 2.0,  # g0's and g1's replayed trajectories
+        "rspo/replayed": 2.0,  # g0's and g1's replayed trajectories (g4 has no target)
     }
     assert signal_metrics(o.float(), s, g) == want
     assert signal_metrics_loop(o.float(), s, g) == want
