@@ -168,10 +168,9 @@ def mechanism(all_runs: list[dict]) -> list[dict]:
                 row = {"env": env, "algo": algo, "mode": mode, "metric": key, "words": words, "seeds": len(series)}
                 for part, cut in (("first", slice(0, 1)), ("first10", slice(0, 10)), ("last10", slice(-10, None)),
                                   ("all", slice(None))):  # fmt: skip
-                    per_seed = [np.mean(s[cut]) for s in series if s[cut]]
-                    if per_seed:
-                        mean, lo, hi = bootstrap_mean(np.array(per_seed)[:, None])
-                        row[part] = {"mean": mean, "lo": lo, "hi": hi}
+                    per_seed = [np.mean(s[cut]) for s in series]  # every cut of a non-empty series is non-empty
+                    mean, lo, hi = bootstrap_mean(np.array(per_seed)[:, None])
+                    row[part] = {"mean": mean, "lo": lo, "hi": hi}
                 rows.append(row)
     return rows
 
