@@ -108,6 +108,22 @@ def test_levels_are_generated_once_into_the_cache(cache):
     assert level_dir(replace(level, variant_fraction=0.0)).name.endswith("-t5-o1-v0")  # another level, another dir
 
 
+def test_a_level_is_the_same_bytes_in_every_cache(cache, monkeypatch):
+    """Each machine of a multi-node run builds its own shop (rspo.multinode): from the config
+    alone, so two caches must hold the same files, byte for byte."""
+    load_level(level_of(EASY))
+    other = cache / "machine1"
+    monkeypatch.setenv("RSPO_CACHE", str(other))
+    load_level.cache_clear()
+    load_level(level_of(EASY))
+
+    def files(root):
+        return {f.relative_to(root): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+    first, second = files(cache / "webshop"), files(other / "webshop")
+    assert len(first) >= 3 and first == second  # catalog.json, the index's files, the lock
+
+
 def test_a_corrupt_cache_names_the_directory(cache):
     root = level_dir(level_of(EASY))
     load_level(level_of(EASY))

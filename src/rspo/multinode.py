@@ -3,8 +3,8 @@ needs of its disks. Nothing: no disk has to be shared between machines.
 
 A run's files are of three kinds (README, "Multi-node"):
 
-- **Caches** (`$RSPO_CACHE`: the tiny model, generated ALFWorld games; the WebShop catalog
-  lives in memory): every machine builds its own, from the config alone, the same bytes
+- **Caches** (`$RSPO_CACHE`: the tiny model, generated ALFWorld games and WebShop shops):
+  every machine builds its own, from the config alone, the same bytes
   on every machine (seeded; `tests/test_policy.py` and `tests/test_alfworld.py` build them
   twice and compare). Cheap and deterministic, so nothing is sent.
 - **Files every rank reads that one process writes**: the SFT warm start
