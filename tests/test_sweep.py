@@ -2,6 +2,7 @@
 plots and JSON; finished runs are not rerun; bad experiment files fail naming the key."""
 
 import json
+import math
 import shutil
 import subprocess
 
@@ -66,6 +67,7 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
         assert [p["step"] for p in r["curve"]] == [0, 1]  # eval before RL and after the one step
         assert len(r["warm_start"]) == 64  # the sha256 of the weights it started from: both runs share one
         assert [p["step"] for p in r["trace"]] == [0] and "rollout/groups_without_signal" in r["trace"][0]
+        assert math.isfinite(r["trace"][0]["policy/approx_kl"])  # the update's size, every arm
     assert len({r["warm_start"] for r in results["runs"]}) == 1
     assert {m["mode"] for m in results["mechanism"] if m["metric"] == "rspo/explorer_only_successes"} == {"rspo"}
     md = (tmp_path / "results" / "results.md").read_text()

@@ -37,6 +37,7 @@ MECHANISM = (
     ("rspo/explorer_only_successes", "explorer successes where the target had none (per iteration)"),
     ("rspo/replay_only_successes", "replayed successes where the target had none (per iteration)"),
     ("rspo/replayed", "replayed trajectories joining the target's groups (per iteration)"),
+    ("policy/approx_kl", "target's update size: approximate KL from its rollout policy, on its own rows"),
 )
 
 

@@ -41,7 +41,8 @@ CONSOLE_KEYS = [
     "perf/step_s",
 ]
 # Per-iteration metrics kept in the run's eval_summary.json (`trace`), for the sweep's
-# mechanism plot: training success of both policies and where the learning signal came from.
+# mechanism table and plot: training success of both policies, where the learning signal
+# came from, and how far each update moved the target (policy/approx_kl).
 TRACE_KEYS = (
     "rollout/success_rate",
     "explorer/rollout/success_rate",
@@ -51,6 +52,7 @@ TRACE_KEYS = (
     "rspo/explorer_only_successes",
     "rspo/replay_only_successes",
     "rspo/replayed",
+    "policy/approx_kl",
 )
 
 
