@@ -12,9 +12,10 @@ and the values of the metrics in `METRICS` at both iterations. RSPO runs with a 
 explorer warm-up, replay and a sync at the second step, so warm-up, replay, the buffer
 and the sync are all on the hashed path.
 
-Bitwise hashes depend on the machine (CPU kernels) and the torch version: they were
-recorded on `FINGERPRINT` and the test skips elsewhere, saying how to record them
-(`RSPO_RECORD_REGRESSION=1` prints the dict to paste). Torch runs on one thread in the
+Bitwise hashes depend on the machine (CPU kernels) and the torch version: `EXPECTED` holds
+them per machine kind it was recorded on (`fingerprint()`: AVX2 and AVX512 CPUs so far), and
+the test skips on any other, saying how to record them (`RSPO_RECORD_REGRESSION=1` prints the
+dict to paste). Torch runs on one thread in the
 runs (not the warm start, shared with other tests, whose thread count the fingerprint holds).
 """
 
@@ -64,20 +65,37 @@ METRICS = [
 ] + ["rollout/env_steps_total", "rollout/env_faults"]
 
 THREADS = torch.get_num_threads()  # before any test changes it: the session's warm start uses them
-FINGERPRINT = "torch 2.13.0+cpu, AVX2, 2 threads"
-EXPECTED = {  # the single-learner modes agree: no reward but the penalty (module docstring)
-    ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-    ("grpo", "process"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-    ("grpo", "shaped"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-    ("grpo", "rspo"): "cc743a964dfedda635347f483001c7bb998c5d2af16db3a2a1f7287ddfe42c3e",
-    ("gigpo", "outcome"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-    ("gigpo", "process"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-    ("gigpo", "shaped"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-    ("gigpo", "rspo"): "cc65cb0659ecf798944d3fd283b5aa099fd9a37e309e2c4da7f14db249d9de8c",
-    ("ppo", "outcome"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-    ("ppo", "process"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-    ("ppo", "shaped"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-    ("ppo", "rspo"): "8add03bbfca9fd2108060fcef11eb1a2b960a7c6d974d9303b57619313c70019",
+# Per machine kind (`fingerprint()`); the single-learner modes agree: no reward but the
+# penalty (module docstring).
+EXPECTED = {
+    "torch 2.13.0+cpu, AVX2, 2 threads": {
+        ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+        ("grpo", "process"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+        ("grpo", "shaped"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
+        ("grpo", "rspo"): "cc743a964dfedda635347f483001c7bb998c5d2af16db3a2a1f7287ddfe42c3e",
+        ("gigpo", "outcome"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+        ("gigpo", "process"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+        ("gigpo", "shaped"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
+        ("gigpo", "rspo"): "cc65cb0659ecf798944d3fd283b5aa099fd9a37e309e2c4da7f14db249d9de8c",
+        ("ppo", "outcome"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+        ("ppo", "process"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+        ("ppo", "shaped"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
+        ("ppo", "rspo"): "8add03bbfca9fd2108060fcef11eb1a2b960a7c6d974d9303b57619313c70019",
+    },
+    "torch 2.13.0+cpu, AVX512, 2 threads": {
+        ("grpo", "outcome"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "process"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "shaped"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "rspo"): "92a809cee2460206d0e219bd17a6c0422169ae39aaec84d6a89d50d967cb31b5",
+        ("gigpo", "outcome"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "process"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "shaped"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "rspo"): "040df7075a225a098fba852986e76fa6dc21ca1804fa2e16fc2c26c53ff6e2c8",
+        ("ppo", "outcome"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "process"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "shaped"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "rspo"): "d5511b0ca0acaa6d63c66d9b31dd484d27029954af531fd4a83d4f3eaef8b4ff",
+    },
 }
 
 
@@ -129,15 +147,17 @@ def one_thread():
 
 def test_every_mode_and_algorithm_reproduces_its_hash(warm_model, tmp_path, one_thread):
     record = os.environ.get("RSPO_RECORD_REGRESSION") == "1"
-    if fingerprint() != FINGERPRINT and not record:
-        pytest.skip(f"hashes recorded on {FINGERPRINT}, this is {fingerprint()}: RSPO_RECORD_REGRESSION=1 to record")
+    if fingerprint() not in EXPECTED and not record:
+        pytest.skip(
+            f"hashes recorded on {', '.join(EXPECTED)}; this is {fingerprint()}: RSPO_RECORD_REGRESSION=1 to record"
+        )
     got = {(a, m): two_steps(warm_model, tmp_path / f"{a}-{m}", a, m) for a in ALGOS for m in MODES}
     if record:
-        print(f"\nFINGERPRINT = {fingerprint()!r}\nEXPECTED = {{")
+        print(f"\nEXPECTED[{fingerprint()!r}] = {{")
         for key, value in got.items():
             print(f"    {key!r}: {value!r},")
         print("}")
-    assert got == EXPECTED
+    assert got == EXPECTED[fingerprint()]
 
 
 EXPECTED_LEARNER_DATA = {  # elementwise float32 arithmetic only: the same on every machine
