@@ -15,8 +15,8 @@ and the sync are all on the hashed path.
 Bitwise hashes depend on the machine (CPU kernels) and the torch version: `EXPECTED` holds
 them per machine kind it was recorded on (`fingerprint()`: AVX2 and AVX512 CPUs so far), and
 the test skips on any other, saying how to record them (`RSPO_RECORD_REGRESSION=1` prints the
-dict to paste). Torch runs on one thread in the
-runs (not the warm start, shared with other tests, whose thread count the fingerprint holds).
+dict to paste). Torch runs on one thread in the runs (not the warm start, shared with other
+tests, whose thread count the fingerprint holds).
 """
 
 import hashlib

@@ -4,9 +4,9 @@ needs of its disks. Nothing: no disk has to be shared between machines.
 A run's files are of three kinds (README, "Multi-node"):
 
 - **Caches** (`$RSPO_CACHE`: the tiny model, generated ALFWorld games and WebShop shops):
-  every machine builds its own, from the config alone, the same bytes
-  on every machine (seeded; `tests/test_policy.py` and `tests/test_alfworld.py` build them
-  twice and compare). Cheap and deterministic, so nothing is sent.
+  every machine builds its own, from the config alone, the same bytes on every machine
+  (seeded; `tests/test_policy.py`, `tests/test_alfworld.py` and `tests/test_webshop_levels.py`
+  build them twice and compare). Cheap and deterministic, so nothing is sent.
 - **Files every rank reads that one process writes**: the SFT warm start
   (`<train.output_dir>/sft`) and the checkpoint a run resumes from. The global main
   process writes them on its disk; `share_dir` then sends them over the process group to
