@@ -77,3 +77,5 @@ def test_bootstrap_rejects_mismatched_tasks():
 def test_fmt_interval():
     assert fmt_interval(0.3125, 0.2251, 0.4142) == "0.312 [0.225, 0.414]"
     assert fmt_interval(0.15625, 0.0625, 0.25, signed=True) == "+0.156 [+0.062, +0.250]"
+    # an approx_kl of 3.3e-4 would print as 0.000 at three decimals
+    assert fmt_interval(3.31e-4, 2.1e-4, 4.6e-4, sci=True) == "3.3e-04 [2.1e-04, 4.6e-04]"

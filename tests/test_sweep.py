@@ -196,7 +196,8 @@ def test_mechanism_table_reads_each_arm_trace():
     # iteration 0: mean (.75 + .25) / 2 = .5; all iterations: seed 0 (.75 + .5 + .25) / 3 = .5, seed 1 .5 -> .5
     def trace(values, rescued=None):
         return [{"step": i, "env_steps": 100 * i, "rollout/groups_without_signal": v}
-                | ({"rspo/groups_rescued": rescued[i]} if rescued else {}) for i, v in enumerate(values)]  # fmt: skip
+                | ({"rspo/groups_rescued": rescued[i], "policy/approx_kl": 3e-4} if rescued else {})
+                for i, v in enumerate(values)]  # fmt: skip
 
     curve = [(0, 0, [0, 0, 0, 0]), (3, 300, [1, 0, 0, 0])]
     runs_ = [_run("outcome", curve, seed=0, trace=trace([0.75, 0.5, 0.25])),
@@ -204,13 +205,14 @@ def test_mechanism_table_reads_each_arm_trace():
              _run("rspo", curve, seed=0, trace=trace([1.0, 1.0, 0.5], rescued=[0.0, 0.5, 1.0]))]  # fmt: skip
     rows = {(m["mode"], m["metric"]): m for m in mechanism(runs_)}
     assert set(rows) == {("outcome", "rollout/groups_without_signal"), ("rspo", "rollout/groups_without_signal"),
-                         ("rspo", "rspo/groups_rescued")}  # fmt: skip
+                         ("rspo", "rspo/groups_rescued"), ("rspo", "policy/approx_kl")}  # fmt: skip
     flat = rows["outcome", "rollout/groups_without_signal"]
     assert flat["seeds"] == 2 and flat["first"]["mean"] == pytest.approx(0.5) and flat["all"]["mean"] == 0.5
     assert flat["first"]["lo"] == pytest.approx(0.25) and flat["first"]["hi"] == pytest.approx(0.75)  # the seeds' ends
     assert rows["rspo", "rspo/groups_rescued"]["all"]["mean"] == pytest.approx(0.5)  # (0 + .5 + 1) / 3
     md = markdown(compare(runs_), runs_, [], mechanism(runs_))
     assert "| grpo | rspo | 1 | failed target groups rescued by explorer or replay | 0.000 [0.000, 0.000] |" in md
+    assert "| 3.0e-04 [3.0e-04, 3.0e-04] |" in md  # a KL row too small for three decimals
 
 
 def test_a_rebuilt_warm_start_that_differs_is_reported(tmp_path):

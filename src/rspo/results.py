@@ -22,7 +22,7 @@ import numpy as np
 
 from rspo.config import load_config, to_dict
 from rspo.log import write_json
-from rspo.stats import bootstrap_diff, bootstrap_mean
+from rspo.stats import bootstrap_diff, bootstrap_mean, fmt_interval
 
 BASELINE = "outcome"
 RUN_KEYS = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "warm_start", "config", "env_steps",
@@ -184,11 +184,11 @@ def _cell(c: dict) -> str:
 
 
 def _diff(c: dict) -> str:
-    return f"{c['diff']:+.3f} [{c['diff_lo']:+.3f}, {c['diff_hi']:+.3f}]"
+    return fmt_interval(c["diff"], c["diff_lo"], c["diff_hi"], signed=True)
 
 
-def _interval(c: dict | None) -> str:
-    return f"{c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}]" if c else "-"
+def _interval(c: dict | None, sci: bool) -> str:
+    return fmt_interval(c["mean"], c["lo"], c["hi"], sci=sci) if c else "-"
 
 
 def markdown(table: dict, all_runs: list[dict], shared: list[dict] = (), mech: list[dict] = ()) -> str:
@@ -261,7 +261,9 @@ def _mechanism_lines(env: str, rows: list[dict]) -> list[str]:
              "| algo | reward.mode | seeds | metric | iteration 0 | iterations 0-9 | last 10 | all |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in rows:
-        cells = [_interval(m.get(part)) for part in ("first", "first10", "last10", "all")]
+        parts = [m.get(part) for part in ("first", "first10", "last10", "all")]
+        top = max((abs(c[k]) for c in parts if c for k in ("mean", "lo", "hi")), default=0.0)
+        cells = [_interval(c, sci=0 < top < 0.01) for c in parts]  # a row too small for 3 decimals: 1e-04
         lines.append(f"| {m['algo']} | {m['mode']} | {m['seeds']} | {m['words']} | " + " | ".join(cells) + " |")
     return lines
 

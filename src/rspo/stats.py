@@ -81,7 +81,8 @@ def bootstrap_diff_loop(a, b, resamples: int = 10_000, seed: int = 0, level: flo
     return float(b.mean() - a.mean()), float(lo), float(hi)
 
 
-def fmt_interval(value: float, lo: float, hi: float, signed: bool = False) -> str:
-    """`0.312 [0.225, 0.414]`; `+0.156 [+0.063, +0.250]` with `signed`."""
-    f = "{:+.3f}" if signed else "{:.3f}"
+def fmt_interval(value: float, lo: float, hi: float, signed: bool = False, sci: bool = False) -> str:
+    """`0.312 [0.225, 0.414]`; `+0.156 [+0.063, +0.250]` with `signed`; `3.3e-04 [2.1e-04, 4.6e-04]`
+    with `sci`, for quantities (a KL, say) that three decimals would print as 0.000."""
+    f = "{:" + "+" * signed + (".1e}" if sci else ".3f}")
     return f"{f.format(value)} [{f.format(lo)}, {f.format(hi)}]"
