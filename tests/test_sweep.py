@@ -12,12 +12,13 @@ from conftest import SMALL
 
 from rspo.config import ConfigError, load_config, to_dict
 from rspo.log import write_json
-from rspo.results import compare, markdown, mechanism, same_start, write_results
+from rspo.results import compare, load_runs, markdown, mechanism, same_start, write_results
 from rspo.sweep import (
     Experiment,
     commit_hash,
     execute,
     load_experiment,
+    restore,
     runs,
     warm_start_key,
     warm_start_mismatches,
@@ -231,6 +232,32 @@ def test_a_rebuilt_warm_start_that_differs_is_reported(tmp_path):
     assert f"warm start {key} built here" in said and "s0 started from (000000000000)" in said
     write_json(run / "run.json", {"config": config, "warm_start": weights_sha256(built / "sft")})
     assert warm_start_mismatches(exp, [built]) == []  # the same weights: nothing to say
+
+
+def test_a_run_of_another_config_is_not_reported_under_the_grids_name(tmp_path):
+    # The grid now trains 40 iterations; s0 was run (and committed) at 30, s1 at 40. s0 must
+    # not be restored from results.json, collected into the table, or count as finished.
+    exp = Experiment(base="configs/default.yaml", output_dir=str(tmp_path / "runs"), results_dir=str(tmp_path / "r"),
+                     overrides={"train.steps": 40}, grid={"train.seed": [0, 1]})  # fmt: skip
+
+    def recorded(seed, steps):  # what a sweep writes, the keys it sets per run included
+        cfg = to_dict(load_config(exp.base, [f"train.seed={seed}", f"train.steps={steps}",
+                                             f"train.output_dir={tmp_path / 'runs' / f's{seed}'}"]))  # fmt: skip
+        return {"name": f"s{seed}", "config": cfg, "curve": [], "trace": []}
+
+    write_json(tmp_path / "r" / "results.json", {"runs": [recorded(0, 30), recorded(1, 40)]})
+    said = []
+    assert restore(exp, said.append) == ["s1"]
+    assert said == [f"sweep: not restoring s0 from {tmp_path / 'r' / 'results.json'}: it ran with another config "
+                    "(train.steps 30 -> 40)"]  # fmt: skip
+    assert not (tmp_path / "runs" / "s0").exists()
+    # the same run left as a directory: left out of the results, and the sweep refuses to treat it as done
+    write_json(tmp_path / "runs" / "s0" / "run.json", {"config": recorded(0, 30)["config"]})
+    write_json(tmp_path / "runs" / "s0" / "eval_summary.json", {"curve": []})
+    assert [r["name"] for r in load_runs(exp)] == ["s1"]
+    with pytest.raises(ConfigError, match=r"runs/s0 finished with another config than the grid's now "
+                                          r"\(train.steps 30 -> 40\): move it aside"):  # fmt: skip
+        execute(exp, progress=lambda _: None)
 
 
 def test_commit_hash_is_dirty_for_code_but_not_for_the_results_it_writes(tmp_path, monkeypatch):

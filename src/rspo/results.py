@@ -43,12 +43,15 @@ MECHANISM = (
 
 def load_runs(exp) -> list[dict]:
     """Every finished run: grid values, config, commit, wall time, warm-start hash, eval summary."""
-    from rspo.sweep import runs
+    from rspo.sweep import runs, stale_runs
 
+    stale = stale_runs(exp)
+    for name, drift in stale.items():
+        print(f"sweep: {name} left out of the results: it ran with another config ({'; '.join(drift)})")
     out = []
     for spec in runs(exp):
         d = spec.dir(exp)
-        if not (d / "eval_summary.json").is_file():
+        if not (d / "eval_summary.json").is_file() or spec.name in stale:
             continue
         meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
         summary = json.loads((d / "eval_summary.json").read_text())

@@ -20,7 +20,9 @@ share one SFT warm start, so the arms of a comparison start from the same weight
 run records the sha256 of the weights it started from (`warm_start` in results.json), so
 runs built in other sessions pair only when their starts are bitwise equal. A run
 whose `eval_summary.json` exists is finished and never rerun; an interrupted one resumes
-from its latest checkpoint (`train.resume=auto`). `--collect` only rebuilds the results.
+from its latest checkpoint (`train.resume=auto`). A finished run whose recorded config is
+not what the grid now asks of it (`config_drift`) is never reported under the grid's name.
+`--collect` only rebuilds the results.
 
 What is compared and how: `rspo.results`.
 """
@@ -174,10 +176,44 @@ def _in_process(command: str, cfg) -> None:
 SUMMARY_KEYS = ("before", "after", "difference", "env_steps", "curve", "before_tasks", "after_tasks", "trace")
 
 
-def restore(exp: Experiment) -> list[str]:
+PER_RUN_KEYS = ("model.init_from", "train.output_dir", "train.resume")  # what the sweep sets when it launches
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out |= _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v}
+    return out
+
+
+def config_drift(exp: Experiment, spec: RunSpec, recorded: dict | None) -> list[str]:
+    """How a finished run's recorded config differs from what the grid asks of that run now
+    (`train.steps 30 -> 60`): a run of another setting must not be reported under this name.
+    Keys one side lacks (added to or removed from rspo since the run) are not compared."""
+    if not recorded:
+        return []
+    old, new = _leaves(recorded), _leaves(json.loads(json.dumps(to_dict(load_config(exp.base, spec.overrides)))))
+    return [f"{k} {old[k]!r} -> {new[k]!r}" for k in sorted(old.keys() & new.keys())
+            if k not in PER_RUN_KEYS and old[k] != new[k]]  # fmt: skip
+
+
+def stale_runs(exp: Experiment) -> dict[str, list[str]]:
+    """The finished run directories whose config differs from the grid's (name -> the keys)."""
+    out = {}
+    for spec in runs(exp):
+        meta = spec.dir(exp) / "run.json"
+        if (spec.dir(exp) / "eval_summary.json").is_file() and meta.is_file():
+            drift = config_drift(exp, spec, json.loads(meta.read_text()).get("config"))
+            if drift:
+                out[spec.name] = drift
+    return out
+
+
+def restore(exp: Experiment, progress=print) -> list[str]:
     """Put back the finished runs that the committed results.json records but whose run
     directories are gone (a fresh clone, another machine): their eval_summary.json and
-    run.json, so that they count as finished and a grid continues instead of rerunning."""
+    run.json, so that they count as finished and a grid continues instead of rerunning.
+    A recorded run whose config is not the grid's any more stays out (it runs again)."""
     path = Path(exp.results_dir) / "results.json"
     if not path.is_file():
         return []
@@ -186,6 +222,11 @@ def restore(exp: Experiment) -> list[str]:
     for r in json.loads(path.read_text())["runs"]:
         d = Path(exp.output_dir) / r["name"]
         if r["name"] in names and not (d / "eval_summary.json").exists():
+            drift = config_drift(exp, names[r["name"]], r.get("config"))
+            if drift:
+                progress(f"sweep: not restoring {r['name']} from {path}: it ran with another config "
+                         f"({'; '.join(drift)})")  # fmt: skip
+                continue
             d.mkdir(parents=True, exist_ok=True)
             meta = {k: r.get(k) for k in ("config", "commit", "wall_s", "warm_start")}
             write_json(d / "run.json", meta | {"restored_from": str(path)})
@@ -196,12 +237,18 @@ def restore(exp: Experiment) -> list[str]:
 
 def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
     """Run every unfinished grid point (warm starts first); returns the runs selected."""
-    restored = restore(exp)
+    restored = restore(exp, progress)
     if restored:
         progress(f"sweep: {len(restored)} finished run(s) restored from {exp.results_dir}/results.json")
     selected = [s for s in runs(exp) if only in s.name]
     if not selected:
         raise ConfigError(f"--only {only}: matches no run (runs: {', '.join(s.name for s in runs(exp))})")
+    stale = {name: drift for name, drift in stale_runs(exp).items() if only in name}
+    if stale:
+        name, drift = next(iter(stale.items()))
+        raise ConfigError(f"{exp.output_dir}/{name} finished with another config than the grid's now "
+                          f"({'; '.join(drift)}){f' and {len(stale) - 1} more' if len(stale) > 1 else ''}: "
+                          "move it aside to run it again")  # fmt: skip
     threads = max(1, (os.cpu_count() or 1) // max(exp.parallel, 1))
     warm: dict[str, list[str]] = {}  # warm-start dir -> overrides that build it
     plan = []
