@@ -13,7 +13,8 @@ explorer warm-up, replay and a sync at the second step, so warm-up, replay, the 
 and the sync are all on the hashed path.
 
 Bitwise hashes depend on the machine (CPU kernels) and the torch version: `EXPECTED` holds
-them per machine kind it was recorded on (`fingerprint()`: AVX2 and AVX512 CPUs so far), and
+them per machine kind it was recorded on (`fingerprint()`: the kernel capability, and for
+AVX512 the extensions the CPU has; AVX2 and one AVX512 kind so far), and
 the test skips on any other, saying how to record them (`RSPO_RECORD_REGRESSION=1` prints the
 dict to paste). Torch runs on one thread in the runs (not the warm start, shared with other
 tests, whose thread count the fingerprint holds).
@@ -66,7 +67,9 @@ METRICS = [
 
 THREADS = torch.get_num_threads()  # before any test changes it: the session's warm start uses them
 # Per machine kind (`fingerprint()`); the single-learner modes agree: no reward but the
-# penalty (module docstring).
+# penalty (module docstring). An AVX512 machine recorded 2026-12-04 under the key "AVX512"
+# alone is no longer listed: a second AVX512 machine hashed differently, and which
+# extensions the first had was not recorded (its hashes are in git history, commit 7d09c89).
 EXPECTED = {
     "torch 2.13.0+cpu, AVX2, 2 threads": {
         ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
@@ -82,26 +85,40 @@ EXPECTED = {
         ("ppo", "shaped"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
         ("ppo", "rspo"): "8add03bbfca9fd2108060fcef11eb1a2b960a7c6d974d9303b57619313c70019",
     },
-    "torch 2.13.0+cpu, AVX512, 2 threads": {
-        ("grpo", "outcome"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "process"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "shaped"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "rspo"): "92a809cee2460206d0e219bd17a6c0422169ae39aaec84d6a89d50d967cb31b5",
-        ("gigpo", "outcome"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "process"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "shaped"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "rspo"): "040df7075a225a098fba852986e76fa6dc21ca1804fa2e16fc2c26c53ff6e2c8",
-        ("ppo", "outcome"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "process"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "shaped"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "rspo"): "d5511b0ca0acaa6d63c66d9b31dd484d27029954af531fd4a83d4f3eaef8b4ff",
+    "torch 2.13.0+cpu, AVX512 (bitalg ifma vbmi vbmi2 vnni vpopcntdq), 2 threads": {
+        ("grpo", "outcome"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
+        ("grpo", "process"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
+        ("grpo", "shaped"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
+        ("grpo", "rspo"): "d9f2446d53a735ec2f55503948519d25e38d37f49aa72ff283cef2a3cf43ff39",
+        ("gigpo", "outcome"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
+        ("gigpo", "process"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
+        ("gigpo", "shaped"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
+        ("gigpo", "rspo"): "9b86c9bb9913e094e7cc1780e3215e9132f7a2ee1bd85daeb12ae7c999e4b03c",
+        ("ppo", "outcome"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
+        ("ppo", "process"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
+        ("ppo", "shaped"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
+        ("ppo", "rspo"): "0472f58c5892922e8462d203d025632b57b4b9583fa7ee08c87c00b2410a9a8b",
     },
 }
 
 
+def avx512_extensions() -> str:
+    """The CPU's AVX-512 extensions beyond the base set (`vnni`, `vbmi`, ...): two AVX512
+    machines without the same ones pick different kernels and hash differently."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "?"
+    base = {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}
+    return " ".join(sorted(f.removeprefix("avx512").strip("_") for f in flags if f.startswith("avx512") and f not in base))
+
+
 def fingerprint() -> str:
     """The torch build, the CPU kernels it picks, and the threads the warm start trained with."""
-    return f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, {THREADS} threads"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability.startswith("AVX512"):
+        capability += f" ({avx512_extensions()})"
+    return f"torch {torch.__version__}, {capability}, {THREADS} threads"
 
 
 def two_steps(warm_model, out, algo: str, mode: str) -> str:
