@@ -23,6 +23,7 @@ tests, whose thread count the fingerprint holds).
 import hashlib
 import os
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,11 +107,13 @@ def avx512_extensions() -> str:
     """The CPU's AVX-512 extensions beyond the base set (`vnni`, `vbmi`, ...): two AVX512
     machines without the same ones pick different kernels and hash differently."""
     try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in lines if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return "?"
     base = {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}
-    return " ".join(sorted(f.removeprefix("avx512").strip("_") for f in flags if f.startswith("avx512") and f not in base))
+    extensions = [f.removeprefix("avx512").strip("_") for f in flags if f.startswith("avx512") and f not in base]
+    return " ".join(sorted(extensions))
 
 
 def fingerprint() -> str:
