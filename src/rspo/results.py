@@ -43,17 +43,18 @@ MECHANISM = (
 
 def load_runs(exp) -> list[dict]:
     """Every finished run: grid values, config, commit, wall time, warm-start hash, eval summary."""
-    from rspo.sweep import runs, stale_runs
+    from rspo.sweep import config_drift, runs
 
-    stale = stale_runs(exp)
-    for name, drift in stale.items():
-        print(f"sweep: {name} left out of the results: it ran with another config ({'; '.join(drift)})")
     out = []
     for spec in runs(exp):
         d = spec.dir(exp)
-        if not (d / "eval_summary.json").is_file() or spec.name in stale:
+        if not (d / "eval_summary.json").is_file():
             continue
         meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+        drift = config_drift(exp, spec, meta.get("config"))
+        if drift:
+            print(f"sweep: {spec.name} left out of the results: it ran with another config ({'; '.join(drift)})")
+            continue
         summary = json.loads((d / "eval_summary.json").read_text())
         cfg = meta.get("config") or to_dict(load_config(exp.base, spec.overrides))
         out.append({"name": spec.name, "values": spec.values, "env": cfg["env"]["name"],

@@ -192,7 +192,8 @@ def config_drift(exp: Experiment, spec: RunSpec, recorded: dict | None) -> list[
     Keys one side lacks (added to or removed from rspo since the run) are not compared."""
     if not recorded:
         return []
-    old, new = _leaves(recorded), _leaves(json.loads(json.dumps(to_dict(load_config(exp.base, spec.overrides)))))
+    now = json.loads(json.dumps(to_dict(load_config(exp.base, spec.overrides))))  # as JSON records it: lists
+    old, new = _leaves(recorded), _leaves(now)
     return [f"{k} {old[k]!r} -> {new[k]!r}" for k in sorted(old.keys() & new.keys())
             if k not in PER_RUN_KEYS and old[k] != new[k]]  # fmt: skip
 
