@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from rspo.config import LoraConfig, ModelConfig, TinyModelConfig
 from rspo.models import load_base
 from rspo.policy import Policy
-from rspo.sft import length_grouped_batches, sft_loss
+from rspo.sft import length_grouped_batches, lr_factor, sft_loss
 
 
 def padding(batches):
@@ -63,3 +63,14 @@ def test_sft_loss_equals_one_unpadded_pass_per_sample(tmp_path, monkeypatch):
         reference += torch.nn.functional.cross_entropy(logits[len(p) - 1 :], torch.tensor(r), reduction="sum")
     assert count == 1 + 4 + 7
     torch.testing.assert_close(loss, reference, atol=1e-4, rtol=1e-5)
+
+
+def test_cosine_lr_falls_from_the_full_rate_to_zero_and_constant_stays():
+    # 4 steps: factors 0.5 * (1 + cos(pi * s / 4)) for s = 0..4
+    #   s=0: 0.5 * (1 + 1) = 1;  s=2: 0.5 * (1 + 0) = 0.5;  s=4: 0.5 * (1 - 1) = 0
+    assert lr_factor("cosine", 0, 4) == 1.0
+    assert abs(lr_factor("cosine", 2, 4) - 0.5) < 1e-12
+    assert abs(lr_factor("cosine", 4, 4)) < 1e-12
+    factors = [lr_factor("cosine", s, 4) for s in range(5)]
+    assert factors == sorted(factors, reverse=True)
+    assert all(lr_factor("constant", s, 4) == 1.0 for s in range(5))

@@ -191,6 +191,7 @@ class SftConfig:
     episodes: int = 200  # expert demonstrations collected from the train split
     epochs: int = 3
     lr: float = 2e-3
+    lr_schedule: str = "constant"  # "cosine": from sft.lr down to 0 at the last step
     batch_size: int = 16
     lora: bool = False  # False: fine-tune every weight (a tiny random model needs it); True: model.lora.*
 
@@ -249,6 +250,7 @@ class Config:
 CHOICES: dict[str, list[str]] = {
     "model.dtype": ["float32", "bfloat16"],
     "model.tiny.tokenizer": ["bpe", "words"],
+    "sft.lr_schedule": ["constant", "cosine"],
     "env.name": ["alfworld", "webshop"],
     "env.webshop.outcome": ["success", "score"],
     "env.webshop.backend": ["generated", "real"],

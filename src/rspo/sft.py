@@ -12,6 +12,7 @@ The result is a full Hugging Face model directory (LoRA adapters merged), which
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 import shutil
@@ -135,6 +136,12 @@ def warm_start_dir(cfg: Config) -> Path:
     return Path(cfg.train.output_dir) / "sft"
 
 
+def lr_factor(schedule: str, step: int, steps: int) -> float:
+    """sft.lr's multiplier at optimizer step `step` of `steps`: 1 throughout ("constant"),
+    or a half cosine from 1 at the first step to 0 after the last ("cosine")."""
+    return 1.0 if schedule == "constant" else 0.5 * (1 + math.cos(math.pi * step / steps))
+
+
 def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     """Collect demonstrations, build/load the model, fine-tune, save a full model to `out_dir`."""
     from rspo.envs.pool import EnvPool
@@ -151,6 +158,7 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=cfg.train.weight_decay)
     rng = random.Random(cfg.train.seed)
     steps = cfg.sft.epochs * -(-len(samples) // cfg.sft.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(cfg.sft.lr_schedule, s, steps))
     bar = tqdm(total=steps, desc="sft", disable=not progress)
     losses = []
     with policy.use("target"):
@@ -160,6 +168,7 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
                 (loss_sum / n).backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
                 opt.step()
+                sched.step()
                 opt.zero_grad(set_to_none=True)
                 losses.append(loss_sum.item() / n)
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
