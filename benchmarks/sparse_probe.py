@@ -7,18 +7,21 @@
 Builds (or reuses) the warm start of the config plus the dotted overrides (under
 `runs/probe/<warm-start key>/sft`, the key the sweep uses; with `sft.episodes=0` none: the
 base model as it is), then samples what RL's first iterations would: `--tasks` train tasks
-(another stream than training's), `rollout.group_size` target trajectories each at
-`rollout.temperature`, `rollout.num_tasks` tasks at a time. It
-reports what the sparse-regime experiment is chosen by (configs/experiments/sparse.yaml):
+(drawn with `--task-seed`: another stream than training's, and the same tasks whatever
+`train.seed`, so warm starts of several seeds are compared on one task set),
+`rollout.group_size` target trajectories each at `rollout.temperature`, `rollout.num_tasks`
+tasks at a time. It reports what the sparse-regime experiment is chosen by (configs/experiments/sparse.yaml):
 
   success                  the warm start's training success (the regime wants <= 0.06)
   score                    mean task score (WebShop's purchase score; ALFWorld: = success)
   groups_without_signal    groups whose outcome returns are all equal (wants >= 0.6)
   process_positive         trajectories ending with a positive process return (wants >= 0.5)
 
-with 95% intervals (Wilson for rates of trajectories and groups), success by task type,
-and seconds per `rollout.num_tasks` tasks (the rollout share of one RL iteration), in wall
-time and in this process's CPU time (which a loaded machine does not inflate).
+with 95% intervals (Wilson for rates of trajectories and groups; for success also a
+bootstrap over tasks, the wider one and the one to read, as a task's trajectories succeed or
+fail together), success by task type, and seconds per `rollout.num_tasks` tasks (the rollout
+share of one RL iteration), in wall time and in this process's CPU time (which a loaded
+machine does not inflate).
 No eval split is read.
 """
 
@@ -40,7 +43,7 @@ from rspo.policy_io import build_policy
 from rspo.rewards.signal import signal_metrics
 from rspo.rollout import Plan, collect
 from rspo.sft import run_sft
-from rspo.stats import wilson
+from rspo.stats import bootstrap_mean, wilson
 from rspo.sweep import warm_start_key
 
 
@@ -50,6 +53,9 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     ap.add_argument(
         "--tasks", type=int, default=48, help="train tasks played (each by rollout.group_size trajectories)"
+    )
+    ap.add_argument(
+        "--task-seed", type=int, default=777, help="seed of the train tasks drawn (777: seed 0's tasks before it)"
     )
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides)
@@ -66,7 +72,7 @@ def main() -> None:
     policy = build_policy(cfg.model)
     G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
     with EnvPool(cfg.env, B * G) as pool:
-        rng = random.Random(cfg.train.seed + 777)  # not training's task stream
+        rng = random.Random(args.task_seed)  # not training's task stream
         tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
         trajs, seconds, cpu = [], [], []
         for start in range(0, len(tasks), B):
@@ -100,7 +106,13 @@ def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float],
         return f"{k / m:.3f} [{lo:.3f}, {hi:.3f}]"
 
     print(f"{num_groups} train tasks x {cfg.rollout.group_size} trajectories at T={cfg.rollout.temperature}:")
-    print(f"  success                {rate(won, n)}")
+    per_task = collections.defaultdict(list)
+    for g, t in trajs:
+        per_task[g].append(t.won)
+    _, lo, hi = bootstrap_mean([[sum(v) / len(v) for v in per_task.values()]])
+    print(
+        f"  success                {won / n:.3f} [{lo:.3f}, {hi:.3f}] (tasks resampled; trajectories: {rate(won, n)})"
+    )
     print(f"  score                  {score:.3f}")
     print(f"  groups_without_signal  {rate(flat, num_groups)}")
     print(f"  process_positive       {rate(positive, n)}")
