@@ -60,6 +60,9 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
         cell = rspo[f"{basis}/success"]
         assert cell["diff_lo"] <= cell["diff"] <= cell["diff_hi"]  # compared with the outcome baseline
         assert "diff" not in outcome[f"{basis}/success"]  # the baseline is not compared with itself
+    for row in (rspo, outcome):  # every arm's gain has its own interval against zero
+        gain = row["gain/success"]
+        assert gain["lo"] <= gain["mean"] <= gain["hi"]
     assert rspo["env_steps"] > outcome["env_steps"]  # the explorer's rollouts cost env steps too
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert {r["name"] for r in results["runs"]} == {"outcome-s0", "rspo-s0"}

@@ -5,7 +5,8 @@ The comparisons (`rspo.sweep` explains the grid): each arm (algo x reward mode) 
 outcome baseline of the same algorithm (a) at equal training iterations (the final eval),
 (b) at equal environment steps (each run's last eval within `env_step_budget`), (c) by
 gain (each run's after-RL minus before-RL success, task by task), each with a bootstrap
-interval over seeds and tasks (`rspo.stats`); and (d) `same_start`: the arms of a seed that
+interval over seeds and tasks (`rspo.stats`), the gain also against zero, arm by arm (did
+RL raise it at all); and (d) `same_start`: the arms of a seed that
 share their warm start (equal weight hashes, or for runs recorded without one, equal
 before-RL evals task by task), compared seed by seed, paired, so the start cancels.
 The mechanism (`rspo.rewards.signal`, logged every iteration in each run's `trace`):
@@ -107,6 +108,8 @@ def compare(all_runs: list[dict], env_step_budget: int | None = None) -> dict:
                     x = np.array([values(r, split, key) for r in arm])
                     per_seed = x.mean(axis=1)
                     cell = {"mean": float(per_seed.mean()), "std": float(per_seed.std(ddof=1)) if len(arm) > 1 else 0.0}
+                    if basis == "gain":  # did RL raise this arm at all: its gain against zero
+                        _, cell["lo"], cell["hi"] = bootstrap_mean(x)
                     if base and mode != BASELINE:
                         b = np.array([values(r, split, key) for r in base])
                         cell["diff"], cell["diff_lo"], cell["diff_hi"] = bootstrap_diff(b, x)
@@ -182,6 +185,8 @@ def mechanism(all_runs: list[dict]) -> list[dict]:
 
 def _cell(c: dict) -> str:
     s = f"{c['mean']:.3f} ± {c['std']:.3f}"
+    if "lo" in c:  # a gain: its own interval
+        s = f"{fmt_interval(c['mean'], c['lo'], c['hi'], signed=True)} ± {c['std']:.3f}"
     if "diff" in c:
         s += f" ({_diff(c)})"
     return s
@@ -207,7 +212,8 @@ def markdown(table: dict, all_runs: list[dict], shared: list[dict] = (), mech: l
         for basis, title in (("equal_iterations", "success at equal training iterations (the final eval)"),
                              ("equal_env_steps", "success at equal environment steps"),
                              ("gain", "gain in success over each run's own start (after RL - before RL, "
-                                      "task by task; warm starts rebuilt on another machine differ)")):  # fmt: skip
+                                      "task by task, with its 95% interval; warm starts rebuilt on another "
+                                      "machine differ)")):  # fmt: skip
             lines += ["", f"### {env}: {title}", ""]
             lines.append("| algo | reward.mode | seeds | " + " | ".join(splits) + (" | score |" if scored else " |"))
             lines.append("|---" * (3 + len(splits) + scored) + "|")
