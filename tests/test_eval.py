@@ -8,7 +8,8 @@ from rspo.eval import eval_tasks, metrics_of, paired_differences, summary_table
 
 def rec(i, won, task_type="a", split="s", score=None):
     return {"split": split, "task_index": i, "task_type": task_type, "won": won,
-            "score": float(won) if score is None else score, "progress": 0.5, "turns": 4, "invalid": 1}  # fmt: skip
+            "score": float(won) if score is None else score, "progress": 0.5,
+            "turns": 4, "invalid": 1, "noop": 2}  # fmt: skip
 
 
 def test_eval_tasks_is_a_fixed_balanced_set():
@@ -27,6 +28,7 @@ def test_metrics_of_hand_computed():
     assert m["eval/s/a/success_rate"] == 0.5 and m["eval/s/b/success_rate"] == pytest.approx(1 / 3)
     assert m["eval/s/num_tasks"] == 5.0
     assert m["eval/s/invalid_action_rate"] == pytest.approx(5 / 20)  # 1 invalid turn of 4, 5 tasks
+    assert m["eval/s/noop_rate"] == pytest.approx(10 / 20)  # 2 no-op turns of 4 (the invalid one among them)
     # Wilson for 2/5 (z^2 = 3.8415): centre = (0.4 + 0.38415) / 1.76830 = 0.44345,
     # half = 1.96 / 1.76830 * sqrt(0.24/5 + 3.8415/100) = 1.10840 * 0.29394 = 0.32580
     assert m["eval/s/success_lo"] == pytest.approx(0.44345 - 0.32580, abs=1e-4)  # 0.1177

@@ -5,8 +5,10 @@ import torch
 from conftest import small_config
 
 from rspo.batch import EXPLORER, TARGET
+from rspo.envs import make_env
 from rspo.envs.pool import EnvPool
 from rspo.policy_io import build_policy
+from rspo.prompts import parse_action
 from rspo.rollout import Plan, collect, generate
 from rspo.sft import demo_corpus
 
@@ -97,6 +99,17 @@ def test_untrained_model_outputs_never_crash(rollout):
     # A nearly random model mostly emits garbage: those turns are invalid, nothing raises.
     trajs = rollout.trajectories
     assert sum(t.invalid for t in trajs) == int((~rollout.batch.valid).sum())
+
+
+def test_noops_are_the_turns_the_env_rejected(rollout, setup):
+    # Replay each trajectory's actions in a fresh env: `noop` counts the steps it did not
+    # apply (EnvState.valid False), a superset of the unparsable (`invalid`) turns.
+    env = make_env(setup[0].env)
+    for t in rollout.trajectories:
+        env.reset(t.split, t.task_index)
+        rejected = sum(not env.step(parse_action(response)[0]).valid for _, response in t.transcript)
+        assert t.noop == rejected >= t.invalid
+    assert sum(t.noop for t in rollout.trajectories) > 0  # the garbage turns, at least
 
 
 def test_left_padded_batch_acts_like_one_at_a_time_greedy(setup):

@@ -76,7 +76,7 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[d
 
 def _per_task(split: str, trajectories: list, k: int) -> list[dict]:
     """One record per task from its k trajectories (consecutive in a rollout): means of
-    won/score/progress (`won` stays a bool when k = 1), sums of turns and invalid actions."""
+    won/score/progress (`won` stays a bool when k = 1), sums of turns, invalid actions and no-ops."""
     out = []
     for i in range(0, len(trajectories), k):
         ts = trajectories[i : i + k]
@@ -84,7 +84,7 @@ def _per_task(split: str, trajectories: list, k: int) -> list[dict]:
         out.append({"split": split, "task_index": ts[0].task_index, "task_type": ts[0].task_type,
                     "won": bool(won) if k == 1 else won, "score": sum(t.score for t in ts) / k,
                     "progress": sum(t.process for t in ts) / k, "turns": sum(t.turns for t in ts),
-                    "invalid": sum(t.invalid for t in ts)})  # fmt: skip
+                    "invalid": sum(t.invalid for t in ts), "noop": sum(t.noop for t in ts)})  # fmt: skip
     return out
 
 
@@ -126,6 +126,7 @@ def metrics_of(records: list[dict], prefix: str = "eval/") -> dict[str, float]:
                 out[p + "num_tasks"] = float(len(group))
                 turns = max(sum(t["turns"] for t in group), 1)
                 out[p + "invalid_action_rate"] = sum(t["invalid"] for t in group) / turns
+                out[p + "noop_rate"] = sum(t["noop"] for t in group) / turns
     return out
 
 

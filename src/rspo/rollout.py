@@ -57,7 +57,8 @@ class Trajectory:
     outcome: float = 0.0  # sum of outcome rewards
     process: float = 0.0  # sum of process rewards
     turns: int = 0
-    invalid: int = 0
+    invalid: int = 0  # turns with no parsable <action> (the format the prompt asks for)
+    noop: int = 0  # turns the env did not apply (EnvState.valid False): unparsable or inadmissible
     fault: str = ""  # why its env failed (it then ends as failed; `rspo.envs.pool`), "" if it did not
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, response) per turn
 
@@ -280,6 +281,7 @@ def _advance(slot: _Slot, row: dict, state: EnvState, action: str, history_lengt
     row.update(outcome=state.outcome, process=state.process)
     t.turns += 1
     t.invalid += not row["valid"]
+    t.noop += not state.valid
     t.outcome += state.outcome
     t.process += state.process
     t.transcript.append((slot.state.observation, row["text"]))

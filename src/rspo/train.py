@@ -205,6 +205,7 @@ def rollout_metrics(ro, cfg: Config) -> dict[str, float]:
             prefix + "process_positive": sum(t.process > 0 for t in trajs) / n,
             prefix + "turns": turns / n,
             prefix + "invalid_action_rate": sum(t.invalid for t in trajs) / max(turns, 1),
+            prefix + "noop_rate": sum(t.noop for t in trajs) / max(turns, 1),
         }
     return out
 
