@@ -21,7 +21,11 @@ with 95% intervals (Wilson for rates of trajectories and groups; for success als
 bootstrap over tasks, the wider one and the one to read, as a task's trajectories succeed or
 fail together), success by task type, and seconds per `rollout.num_tasks` tasks (the rollout
 share of one RL iteration), in wall time and in this process's CPU time (which a loaded
-machine does not inflate).
+machine does not inflate). On the generated WebShop it also says where trajectories end:
+each is replayed in a fresh env and counted at the furthest stage it reached (the goal's
+item never listed by a search, listed but never opened, opened but not bought, another item
+bought, the goal's item bought with a wrong option or price, won), with the share of turns
+the env did not apply (`noop_rate`: an unlisted or malformed click).
 No eval split is read.
 """
 
@@ -38,8 +42,11 @@ import torch
 
 from rspo.batch import TARGET
 from rspo.config import load_config
+from rspo.envs import make_env
 from rspo.envs.pool import EnvPool
+from rspo.envs.webshop import WebshopEnv
 from rspo.policy_io import build_policy
+from rspo.prompts import parse_action
 from rspo.rewards.signal import signal_metrics
 from rspo.rollout import Plan, collect
 from rspo.sft import run_sft
@@ -84,6 +91,39 @@ def main() -> None:
             cpu.append(time.process_time() - c1)  # this process's CPU time (env workers excluded)
             trajs += [(start + t.group_id, t) for t in ro.trajectories]
     report(trajs, len(tasks), seconds, cpu, cfg, sft)
+    env = make_env(cfg.env)
+    if isinstance(env, WebshopEnv):
+        stages = collections.Counter(webshop_stage(env, t) for _, t in trajs)
+        print("  where trajectories end: " + ", ".join(f"{k} {stages[k] / len(trajs):.3f}" for k in STAGES))
+
+
+STAGES = (  # WebShop: the furthest a trajectory got with the goal's item, in order
+    "never listed",
+    "listed, not opened",
+    "opened, not bought",
+    "other item bought",
+    "item bought, not won",
+    "won",
+)
+
+
+def webshop_stage(env: WebshopEnv, traj) -> str:
+    """Replay a trajectory's actions in the generated shop (deterministic) and name the
+    furthest stage it reached with the goal's item (another item can also win)."""
+    env.reset(traj.split, traj.task_index)
+    goal, s = env.goal.product_index, env.session
+    listed = opened = False
+    for _, response in traj.transcript:
+        done = env.step(parse_action(response)[0]).done
+        listed |= s.page == "results" and goal in s.listed()
+        opened |= s.item == goal
+        if done:
+            break
+    if traj.won:
+        return "won"
+    if s.page == "done":
+        return "item bought, not won" if s.item == goal else "other item bought"
+    return "opened, not bought" if opened else "listed, not opened" if listed else "never listed"
 
 
 def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float], cfg, sft: Path) -> None:
@@ -117,7 +157,8 @@ def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float],
     print(f"  groups_without_signal  {rate(flat, num_groups)}")
     print(f"  process_positive       {rate(positive, n)}")
     turns = sum(t.turns for _, t in trajs)
-    print(f"  turns {turns / n:.1f}, invalid actions {sum(t.invalid for _, t in trajs) / max(1, turns):.3f}")
+    invalid, noop = (sum(getattr(t, k) for _, t in trajs) / max(1, turns) for k in ("invalid", "noop"))
+    print(f"  turns {turns / n:.1f}, invalid actions {invalid:.3f}, no-op turns {noop:.3f}")
     print("  success by type: " + ", ".join(f"{k} {sum(v) / len(v):.3f}" for k, v in sorted(by_type.items())))
     wall, cpu_s = sum(seconds) / len(seconds), sum(cpu) / len(cpu)
     print(f"  {wall:.0f} s per {cfg.rollout.num_tasks} tasks (rollout only), {cpu_s:.0f} s of CPU time")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rspo.config import ConfigError, WebshopConfig, load_config
 from rspo.config_rules import RANGES
 from rspo.envs import webshop_cache
-from rspo.envs.webshop import WebshopEnv
+from rspo.envs.webshop import WebshopEnv, expert_query
 from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
@@ -77,6 +80,36 @@ def test_variant_fraction_controls_near_copies():
     assert copies(generate_catalog(400, 0, variant_fraction=0.0)) <= 10
 
 
+def test_title_attributes_name_more_of_a_product_in_its_title():
+    """A title names its product's first `title_attributes` attributes; nothing else changes
+    (the same random stream), except the title's nouns."""
+    one = generate_catalog(200, 0, num_product_types=5)
+    every = generate_catalog(200, 0, num_product_types=5, title_attributes=4)  # products have 2-4
+    for a, b in zip(one, every):
+        assert a.title.endswith(", " + a.attributes[0].title())  # "Brand Descriptor Type, Attribute"
+        assert b.title == ", ".join([a.title, *(x.title() for x in a.attributes[1:])])
+        assert {k: v for k, v in vars(a).items() if k not in ("title", "nouns")} == {
+            k: v for k, v in vars(b).items() if k not in ("title", "nouns")
+        }
+    assert Level(100, title_attributes=2).name() == "seed0-n100-a2" and level_of(EASY).name().endswith("-o1")
+    # and the results page gets decisive: benchmarks/webshop_ceiling.py's rules on training goals
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from webshop_ceiling import RULES, picks  # the benchmark's own path
+
+    wins = {}
+    for k in (1, 4):
+        env = WebshopEnv(replace(EASY, title_attributes=k))
+        wins[k] = dict.fromkeys(RULES, 0)
+        for index in range(60):
+            env.reset("train", index)
+            env.step(f"search[{expert_query(env.goal)}]")
+            verdict = picks(env)
+            assert all(verdict[r] <= verdict["any listed can win"] for r in RULES)  # no rule beats the page
+            for r in RULES:
+                wins[k][r] += verdict[r]
+    assert wins[4]["best title and price"] > wins[1]["best title and price"] + 10
+
+
 def test_page_size():
     env = WebshopEnv(EASY)
     env.reset("test", 1)
@@ -140,6 +173,7 @@ def test_a_corrupt_cache_names_the_directory(cache):
         ("env.webshop.max_option_types=3", "env.webshop.max_option_types: must be in [0, 2], got 3"),
         ("env.webshop.variant_fraction=1", "env.webshop.variant_fraction: must be in [0, 1), got 1.0"),
         ("env.webshop.page_size=0", "env.webshop.page_size: must be >= 1, got 0"),
+        ("env.webshop.title_attributes=0", "env.webshop.title_attributes: must be >= 1, got 0"),
         ("env.webshop.max_steps=0", "env.webshop.max_steps: must be >= 1, got 0"),
     ],
 )
@@ -152,3 +186,42 @@ def test_bad_levels_are_config_errors(override, message):
 def test_ranges_agree_with_the_taxonomy():
     assert RANGES["env.webshop.num_product_types"] == f"[0, {len(PRODUCT_TYPES)}]"
     assert RANGES["env.webshop.max_option_types"] == f"[0, {MAX_OPTION_TYPES}]"
+
+
+def test_sparse_probe_names_where_a_trajectory_ended():
+    """benchmarks/sparse_probe.py replays a trajectory and names the furthest stage it reached
+    with the goal's item; each stage played here by hand on one task."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from sparse_probe import webshop_stage  # the benchmark's own path
+
+    env = WebshopEnv(EASY)
+
+    def stage(index: int, actions: list[str]) -> str:
+        play = WebshopEnv(EASY)  # plays the actions; `webshop_stage` replays them in `env`
+        play.reset("test", index)
+        won = any(play.step(a).won for a in actions)
+        transcript = [("", f"<action>{a}</action>") for a in actions]  # (observation, response) per turn
+        return webshop_stage(env, SimpleNamespace(split="test", task_index=index, won=won, transcript=transcript))
+
+    # a task whose goal has an option to select and whose item the goal's own words list first
+    for index in range(20):
+        env.reset("test", index)
+        search = f"search[{expert_query(env.goal)}]"
+        env.step(search)
+        listed = env.session.listed()
+        if env.goal.options and listed[0] == env.goal.product_index:
+            break
+    else:
+        pytest.fail("no task among the first 20 to play the stages on")
+    goal, other = (env.shop.products[i].asin.lower() for i in listed[:2])
+    assert stage(index, ["click[b0nothere0]"]) == "never listed"  # an unlisted click: a no-op
+    assert stage(index, [search, "click[back to search]"]) == "listed, not opened"
+    assert stage(index, [search, f"click[{goal}]"]) == "opened, not bought"
+    assert stage(index, [search, f"click[{other}]", "click[buy now]"]) == "other item bought"
+    assert stage(index, [search, f"click[{goal}]", "click[buy now]"]) == "item bought, not won"  # no option chosen
+    play, expert = WebshopEnv(EASY), []
+    state = play.reset("test", index)
+    while not state.done:
+        expert.append(play.expert_action())
+        state = play.step(expert[-1])
+    assert stage(index, expert) == "won"

@@ -111,6 +111,7 @@ class WebshopConfig:
     num_product_types: int = 0  # product types the catalog draws from (of 30); 0 = all. Fewer: fewer look-alikes
     max_option_types: int = 2  # option types (colour, size, ...) a product keeps (2 = all); 0 = none to select
     variant_fraction: float = 0.4  # share of near-copies differing in one attribute, option or price
+    title_attributes: int = 1  # attributes a product's title names (4 = all); the rest only on its item page
     page_size: int = 10  # results per page
     backend: str = "generated"  # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
     real_file_path: str = ""  # real backend: its products file; empty = web_agent_site's default

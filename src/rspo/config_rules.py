@@ -46,6 +46,7 @@ RANGES: dict[str, str] = {
     "env.webshop.num_product_types": "[0, 30]",  # 0 = all 30 (webshop_taxonomy.PRODUCT_TYPES)
     "env.webshop.max_option_types": "[0, 2]",  # 2 = all (webshop_taxonomy.MAX_OPTION_TYPES)
     "env.webshop.variant_fraction": "[0, 1)",
+    "env.webshop.title_attributes": ">= 1",  # a product has 2-4 attributes: 4 or more names all
     "env.webshop.page_size": ">= 1",
     "env.webshop.real_num_products": ">= 0",  # 0 = all
     "rollout.num_tasks": ">= 1",

@@ -36,7 +36,14 @@ class Shop:
 
 def level_of(cfg: WebshopConfig) -> Level:
     """The catalog settings of an env config (`env.webshop.*`)."""
-    return Level(cfg.num_products, cfg.seed, cfg.num_product_types, cfg.max_option_types, cfg.variant_fraction)
+    return Level(
+        cfg.num_products,
+        cfg.seed,
+        cfg.num_product_types,
+        cfg.max_option_types,
+        cfg.variant_fraction,
+        cfg.title_attributes,
+    )
 
 
 def level_dir(level: Level) -> Path:

@@ -9,9 +9,9 @@ rating and reviews.
 
 Distractors: about 40 % of products are near-copies of an earlier product that differ in
 exactly one attribute, one option value or the price, so an agent has to compare results
-and read item pages. A title names one attribute and the description only some; the
-feature bullets name all (WebShop's index sees just the first bullet), so search alone
-cannot tell a match from a near-miss. On the default shop, searching the instruction,
+and read item pages. A title names one attribute (`title_attributes` more) and the
+description only some; the feature bullets name all (WebShop's index sees just the first
+bullet), so search alone cannot tell a match from a near-miss. On the default shop, searching the instruction,
 buying the first result with the goal's options wins about half the test goals; the
 expert wins all of them.
 
@@ -90,6 +90,7 @@ class Level:
     num_product_types: int = 0  # the first k of an even spread over PRODUCT_TYPES; 0 = all
     max_option_types: int = MAX_OPTION_TYPES  # option types a product keeps (its type's first ones)
     variant_fraction: float = VARIANT_FRACTION  # share of one-change copies of an earlier product
+    title_attributes: int = 1  # attributes a title names (its first ones; more = all of them)
 
     def type_ids(self) -> list[int]:
         """The product types drawn from: k spread evenly over the categories' order."""
@@ -102,6 +103,7 @@ class Level:
         parts += [f"t{self.num_product_types}"] * bool(self.num_product_types)
         parts += [f"o{self.max_option_types}"] * (self.max_option_types != MAX_OPTION_TYPES)
         parts += [f"v{self.variant_fraction:g}"] * (self.variant_fraction != VARIANT_FRACTION)
+        parts += [f"a{self.title_attributes}"] * (self.title_attributes != 1)
         return "-".join(parts)
 
 
@@ -167,11 +169,11 @@ def title_nouns(title: str) -> tuple[str, ...]:
     return tuple(w for w in re.findall(r"[a-z0-9]+", title.lower()) if w not in NOT_NOUNS)
 
 
-def _render(index: int, asin: str, spec: _Spec, rng: random.Random) -> Product:
+def _render(index: int, asin: str, spec: _Spec, rng: random.Random, title_attributes: int = 1) -> Product:
     """Write a product's title, texts and options from its spec."""
     ptype = PRODUCT_TYPES[spec.type_id]
     kind = ptype.name.title()
-    head = spec.attributes[0].title()
+    head = ", ".join(a.title() for a in spec.attributes[:title_attributes])
     title = f"{spec.brand} {spec.descriptor} {kind}, {head}"
     # the description names only some attributes; the bullets name all (WebShop indexes
     # just the first bullet, so search cannot see every attribute: item pages must be read)
@@ -229,7 +231,7 @@ def generate_catalog(num_products: int, seed: int, **level: float) -> list[Produ
         else:
             specs.append(_fresh_spec(rng, lv))
     asins = _asins(num_products, rng)
-    return [_render(i, asins[i], spec, rng) for i, spec in enumerate(specs)]
+    return [_render(i, asins[i], spec, rng, lv.title_attributes) for i, spec in enumerate(specs)]
 
 
 # ---- goals ---------------------------------------------------------------------------
