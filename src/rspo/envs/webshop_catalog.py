@@ -11,9 +11,9 @@ Distractors: about 40 % of products are near-copies of an earlier product that d
 exactly one attribute, one option value or the price, so an agent has to compare results
 and read item pages. A title names one attribute (`title_attributes` more) and the
 description only some; the feature bullets name all (WebShop's index sees just the first
-bullet), so search alone cannot tell a match from a near-miss. On the default shop, searching the instruction,
-buying the first result with the goal's options wins about half the test goals; the
-expert wins all of them.
+bullet), so search alone cannot tell a match from a near-miss. On the default shop,
+searching the instruction, buying the first result with the goal's options wins about half
+the test goals; the expert wins all of them.
 
 A product's `nouns` are its title's nouns, known by construction (`title_nouns`): WebShop
 gets them from a spaCy parse; `benchmarks/webshop_agreement.py --spacy-model` measures how
