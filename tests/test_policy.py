@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -266,6 +267,25 @@ def test_load_never_skips_a_missing_policy_or_weights_file(tmp_path):
     shutil.rmtree(tmp_path / "ckpt" / "explorer")  # listed in policy.json, gone from the disk
     with pytest.raises(FileNotFoundError, match="explorer does not exist"):
         fresh.load(tmp_path / "ckpt")
+
+
+def test_lora_adapters_never_load_onto_another_base(tmp_path):
+    # A LoRA checkpoint's adapters went onto a freshly built base when model.init_from named
+    # its policy/ directory instead of the warm start it was trained on: a wrong model, silently.
+    cfg = tiny_cfg()
+    model, tok = load_base(cfg, lambda: CORPUS)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.add_(0.5)  # a warm start: another base than the fresh tiny model
+    Policy(cfg, model, tok).save(tmp_path / "ckpt")
+    assert json.loads((tmp_path / "ckpt" / "policy.json").read_text())["base"] != make_policy().base_fingerprint
+    with pytest.raises(ValueError, match="trained on another base model"):
+        make_policy().load(tmp_path / "ckpt")
+    with pytest.raises(ValueError, match="trained on another base model"):
+        build_policy(tiny_cfg(init_from=str(tmp_path / "ckpt")), lambda: CORPUS)
+    model, tok = load_base(cfg, lambda: CORPUS)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.add_(0.5)  # the same base again: loads
+    assert Policy(cfg, model, tok).load(tmp_path / "ckpt") == ["target"]
 
 
 def test_build_policy_init_from_starts_every_policy_from_the_saved_target(tmp_path):

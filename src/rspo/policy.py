@@ -41,7 +41,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rspo.algorithms.losses import logprobs_from_logits
 from rspo.config import ModelConfig
 from rspo.models import base_lm
-from rspo.policy_io import PolicyFiles
+from rspo.policy_io import PolicyFiles, base_fingerprint
 from rspo.sharding import SHARDED_ENGINES, SHARDED_ENGINES_UNSUPPORTED, ShardedPolicy
 
 POLICIES = ("target", "explorer")
@@ -117,6 +117,7 @@ class Policy(ShardedPolicy, PolicyFiles):
         if cfg.gradient_checkpointing:
             enable_checkpointing(model, lora=self.lora)
         heads = {c: _value_head(model.config.hidden_size, model.device) for c in self.critics}
+        self.base_fingerprint = base_fingerprint(model) if self.lora else ""  # before adapters go in
         if self.lora:
             self._setup_lora(cfg, model, heads)
         else:

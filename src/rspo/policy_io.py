@@ -6,13 +6,15 @@ Layout of a saved policy directory (`Policy.save`):
   full FT  `save_pretrained` dirs `<dir>/<name>/`, each with the tokenizer (standalone models)
   both     the tokenizer in `<dir>/`, each critic's value head in
            `<dir>/<critic>/value_head.safetensors`, and `<dir>/policy.json`
-           ({"lora", "policies", "critic"})
+           ({"lora", "policies", "critic"}, and with LoRA "base": the base model's
+           `base_fingerprint`, so adapters never load onto another base than their own)
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,6 +34,17 @@ if TYPE_CHECKING:
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")  # peft's, per adapter dir
+
+
+def base_fingerprint(model: nn.Module) -> str:
+    """A short hash that tells two models' weights apart: each tensor's name, shape and dtype,
+    and about 4,096 of its values, evenly strided (cheap at any size)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        flat = t.detach().reshape(-1)
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        h.update(flat[:: max(1, flat.numel() // 4096)].contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 class PolicyFiles:
@@ -74,6 +87,8 @@ class PolicyFiles:
         for critic in self.critics:
             save_file(_part(state[critic], f"value_heads.{critic}."), directory / critic / VALUE_HEAD_FILE)
         meta = {"lora": self.lora, "policies": self.names, "critic": bool(self.critics)}
+        if self.lora:
+            meta["base"] = self.base_fingerprint
         (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def load(self, directory: str | Path, names: Iterable[str] | None = None) -> list[str]:
@@ -89,6 +104,12 @@ class PolicyFiles:
         meta = json.loads(meta_file.read_text())
         if meta["lora"] != self.lora:
             raise ValueError(f"{directory} was saved with lora.enabled={not self.lora}, this run has {self.lora}")
+        if self.lora and meta.get("base", self.base_fingerprint) != self.base_fingerprint:  # older saves lack it
+            raise ValueError(
+                f"{directory}: its LoRA adapters were trained on another base model (fingerprint {meta['base']}, "
+                f"this one's {self.base_fingerprint}); build the base they were trained on (its run's "
+                "model.init_from, the warm start) or evaluate the checkpoint with `rspo eval --checkpoint`"
+            )
         if names is None:  # what policy.json says `save` wrote, of the policies this object has
             from rspo.policy import critic_name  # (rspo.policy imports this module)
 
