@@ -91,8 +91,8 @@ def main() -> None:
             cpu.append(time.process_time() - c1)  # this process's CPU time (env workers excluded)
             trajs += [(start + t.group_id, t) for t in ro.trajectories]
     report(trajs, len(tasks), seconds, cpu, cfg, sft)
-    env = make_env(cfg.env)
-    if isinstance(env, WebshopEnv):
+    env = make_env(cfg.env) if cfg.env.name == "webshop" else None  # ALFWorld: no replay
+    if isinstance(env, WebshopEnv):  # the generated shop (the real one keeps no session to read)
         stages = collections.Counter(webshop_stage(env, t) for _, t in trajs)
         print("  where trajectories end: " + ", ".join(f"{k} {stages[k] / len(trajs):.3f}" for k in STAGES))
 

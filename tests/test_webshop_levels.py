@@ -17,6 +17,8 @@ from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the probes' helpers
+
 EASY = WebshopConfig(
     num_products=60, num_goals=80, num_test_goals=20, num_product_types=5, max_option_types=1, page_size=3
 )
@@ -93,8 +95,7 @@ def test_title_attributes_name_more_of_a_product_in_its_title():
         }
     assert Level(100, title_attributes=2).name() == "seed0-n100-a2" and level_of(EASY).name().endswith("-o1")
     # and the results page gets decisive: benchmarks/webshop_ceiling.py's rules on training goals
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from webshop_ceiling import RULES, picks  # the benchmark's own path
+    from webshop_ceiling import RULES, picks  # benchmarks/ is on the path (top of the file)
 
     wins = {}
     for k in (1, 4):
@@ -191,8 +192,7 @@ def test_ranges_agree_with_the_taxonomy():
 def test_sparse_probe_names_where_a_trajectory_ended():
     """benchmarks/sparse_probe.py replays a trajectory and names the furthest stage it reached
     with the goal's item; each stage played here by hand on one task."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from sparse_probe import webshop_stage  # the benchmark's own path
+    from sparse_probe import webshop_stage  # benchmarks/ is on the path (top of the file)
 
     env = WebshopEnv(EASY)
 

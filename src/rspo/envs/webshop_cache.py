@@ -36,14 +36,7 @@ class Shop:
 
 def level_of(cfg: WebshopConfig) -> Level:
     """The catalog settings of an env config (`env.webshop.*`)."""
-    return Level(
-        cfg.num_products,
-        cfg.seed,
-        cfg.num_product_types,
-        cfg.max_option_types,
-        cfg.variant_fraction,
-        cfg.title_attributes,
-    )
+    return Level(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(Level)})  # same names
 
 
 def level_dir(level: Level) -> Path:
