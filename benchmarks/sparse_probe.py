@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/sparse_probe.py --config configs/default.yaml sft.episodes=200
     .venv/bin/python benchmarks/sparse_probe.py --config configs/default.yaml env.alfworld.max_receptacles=10
     .venv/bin/python benchmarks/sparse_probe.py --config configs/webshop_cpu.yaml --tasks 24
+    .venv/bin/python benchmarks/sparse_probe.py --checkpoint RUN/checkpoints/step_000040
 
 Builds (or reuses) the warm start of the config plus the dotted overrides (under
 `runs/probe/<warm-start key>/sft`, the key the sweep uses; with `sft.episodes=0` none: the
@@ -27,6 +28,9 @@ item never listed by a search, listed but never opened, opened but not bought, a
 bought, the goal's item bought with a wrong option or price, won), with the share of turns
 the env did not apply (`noop_rate`: an unlisted or malformed click).
 No eval split is read.
+
+`--checkpoint` plays a run's trained target policy instead (the checkpoint's recorded config,
+overrides on top), on the same training tasks: where trajectories end before and after RL.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from rspo import checkpoint as ckpt
 from rspo.batch import TARGET
 from rspo.config import load_config
 from rspo.envs import make_env
@@ -49,7 +54,7 @@ from rspo.policy_io import build_policy
 from rspo.prompts import parse_action
 from rspo.rewards.signal import signal_metrics
 from rspo.rollout import Plan, collect
-from rspo.sft import run_sft
+from rspo.sft import run_sft, warm_start_dir
 from rspo.stats import bootstrap_mean, wilson
 from rspo.sweep import warm_start_key
 
@@ -64,19 +69,12 @@ def main() -> None:
     ap.add_argument(
         "--task-seed", type=int, default=777, help="seed of the train tasks drawn (777: seed 0's tasks before it)"
     )
+    ap.add_argument("--checkpoint", default="", help="a run's checkpoint: play its target policy, not a warm start")
     args = ap.parse_args()
-    cfg = load_config(args.config, args.overrides)
+    checkpoint = ckpt.require(args.checkpoint) if args.checkpoint else None
+    cfg = load_config(checkpoint / "config.yaml" if checkpoint else args.config, args.overrides)
     torch.manual_seed(cfg.train.seed)
-    t0 = time.time()
-    sft = Path("runs/probe") / warm_start_key(cfg) / "sft"
-    if cfg.sft.episodes:
-        if not (sft / "config.json").exists():
-            run_sft(cfg, sft, progress=False)
-        print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
-        cfg.model.init_from = str(sft)
-    else:  # sft.episodes=0: the model as it is (a pretrained one, or model.init_from)
-        sft = Path(cfg.model.init_from or cfg.model.name)
-    policy = build_policy(cfg.model)
+    policy, sft = probe_policy(cfg, checkpoint)
     G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
     with EnvPool(cfg.env, B * G) as pool:
         rng = random.Random(args.task_seed)  # not training's task stream
@@ -95,6 +93,27 @@ def main() -> None:
     if isinstance(env, WebshopEnv):  # the generated shop (the real one keeps no session to read)
         stages = collections.Counter(webshop_stage(env, t) for _, t in trajs)
         print("  where trajectories end: " + ", ".join(f"{k} {stages[k] / len(trajs):.3f}" for k in STAGES))
+
+
+def probe_policy(cfg, checkpoint: Path | None = None) -> tuple:
+    """(policy, where its weights came from): a run's `checkpoint` (the base it trained on,
+    then its target adapter), else the config's warm start (built under
+    `runs/probe/<warm-start key>/sft` if missing), else the model as it is (`sft.episodes=0`)."""
+    t0 = time.time()
+    if checkpoint:
+        if cfg.sft.episodes and not cfg.model.init_from:  # the base as `rspo eval` finds it
+            cfg.model.init_from = str(warm_start_dir(cfg))
+        policy = build_policy(cfg.model)
+        policy.load(checkpoint / "policy", ["target"])
+        return policy, checkpoint
+    if not cfg.sft.episodes:  # a pretrained model, or model.init_from
+        return build_policy(cfg.model), Path(cfg.model.init_from or cfg.model.name)
+    sft = Path("runs/probe") / warm_start_key(cfg) / "sft"
+    if not (sft / "config.json").exists():
+        run_sft(cfg, sft, progress=False)
+    print(f"warm start {sft} ({time.time() - t0:.0f} s)", flush=True)
+    cfg.model.init_from = str(sft)
+    return build_policy(cfg.model), sft
 
 
 STAGES = (  # WebShop: the furthest a trajectory got with the goal's item, in order

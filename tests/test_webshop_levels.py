@@ -225,3 +225,25 @@ def test_sparse_probe_names_where_a_trajectory_ended():
         expert.append(play.expert_action())
         state = play.step(expert[-1])
     assert stage(index, expert) == "won"
+
+
+def test_sparse_probe_plays_a_checkpoints_trained_policy(warm_model, tmp_path):
+    """`sparse_probe.py --checkpoint`: the policy it plays is the run's saved target on the
+    run's own base (the warm start): saved again, its files are the checkpoint's byte for
+    byte; and it is not the warm start's untrained adapter."""
+    from conftest import small_config
+    from sparse_probe import probe_policy
+
+    from rspo.checkpoint import weights_digest
+    from rspo.train import train
+
+    run = small_config(f"model.init_from={warm_model}", f"train.output_dir={tmp_path}", "train.steps=1",
+                       "train.save_every=1")  # fmt: skip
+    train(run)
+    last = tmp_path / "checkpoints/step_000001"
+    policy, source = probe_policy(load_config(last / "config.yaml"), last)
+    policy.save(tmp_path / "probed")
+    assert source == last and weights_digest(tmp_path / "probed") == weights_digest(last / "policy")
+    fresh, _ = probe_policy(load_config(last / "config.yaml", ["sft.episodes=0"]))  # the base, a new adapter
+    fresh.save(tmp_path / "fresh")
+    assert weights_digest(tmp_path / "fresh") != weights_digest(last / "policy")
