@@ -15,6 +15,11 @@ options scores 1 (`best_score`, the expert's test). Rules, from least to most re
                           (which only its item page shows)
   any listed can win      some item on the page can (the page's ceiling)
 
+and the page-reading expert (`env.webshop.expert=reader`, the warm start's demonstrator when
+set) played out: it opens items in the "best title and price" order and buys the first whose
+page offers the goal's options, so it should win about "... and options", less what
+`max_steps` cuts short.
+
 "best title and price" is about the best a policy reading only the results page can do; the
 gap from it to "any listed" is what reading item pages (features, options) is worth, and a
 policy that does not compare titles sits near "first listed". No eval split is read.
@@ -24,33 +29,27 @@ from __future__ import annotations
 
 import argparse
 import random
+from dataclasses import replace
 
 from rspo.config import load_config
-from rspo.envs.webshop import WebshopEnv, best_score, expert_query
+from rspo.envs.webshop import WebshopEnv, best_score, expert_query, offers, reading_order
 from rspo.stats import wilson
 
 RULES = ("first listed", "best title and price", "... and options", "any listed can win")
+PLAYED = "the reader expert, played"  # env.webshop.expert=reader, a whole episode within max_steps
 
 
 def picks(env: WebshopEnv) -> dict[str, bool]:
     """Each rule's verdict on the current results page: can its pick win?"""
-    goal = env.goal
-    listed = [env.shop.products[i] for i in env.session.listed()]
-    can = [best_score(p, goal) == 1.0 for p in listed]
-    named = [sum(a in p.title.lower() for a in goal.attributes) for p in listed]  # goal attributes a title names
-    cheap = [p.pricing[0] <= goal.price_upper for p in listed]
-    offers = [all(v in p.options.get(k, ()) for k, v in goal.options.items()) for p in listed]
-
-    def best(ok: list[bool]) -> bool:
-        """Can the item naming the most goal attributes among those `ok` win (ties: the first)?"""
-        ranked = sorted((i for i in range(len(listed)) if ok[i]), key=lambda i: -named[i])  # stable
-        return bool(ranked) and can[ranked[0]]
-
+    shop, goal, listed = env.shop, env.goal, env.session.listed()
+    can = {i: best_score(shop.products[i], goal) == 1.0 for i in listed}
+    order = reading_order(shop, goal, listed)  # under the price, the best-named titles first
+    offering = [i for i in order if offers(shop.products[i], goal)]
     return {
-        "first listed": bool(can) and can[0],
-        "best title and price": best(cheap),
-        "... and options": best([c and o for c, o in zip(cheap, offers)]),
-        "any listed can win": any(can),
+        "first listed": bool(listed) and can[listed[0]],
+        "best title and price": bool(order) and can[order[0]],
+        "... and options": bool(offering) and can[offering[0]],
+        "any listed can win": any(can.values()),
     }
 
 
@@ -62,16 +61,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=777, help="seed of the goals drawn")
     args = ap.parse_args()
     cfg = load_config(args.config, args.overrides)
-    env = WebshopEnv(cfg.env.webshop)
+    env, reader = WebshopEnv(cfg.env.webshop), WebshopEnv(replace(cfg.env.webshop, expert="reader"))
     rng = random.Random(args.seed)
-    wins = dict.fromkeys(RULES, 0)
+    wins = dict.fromkeys([*RULES, PLAYED], 0)
     for _ in range(args.goals):
-        env.reset("train", rng.randrange(env.num_tasks("train")))
+        index = rng.randrange(env.num_tasks("train"))
+        env.reset("train", index)
         env.step(f"search[{expert_query(env.goal)}]")
         for rule, won in picks(env).items():
             wins[rule] += won
+        state = reader.reset("train", index)
+        while not state.done:
+            state = reader.step(reader.expert_action())
+        wins[PLAYED] += state.won
     print(f"{args.goals} train goals, page 1 of the goal's own search ({cfg.env.webshop.page_size} a page):")
-    for rule in RULES:
+    for rule in [*RULES, PLAYED]:
         lo, hi = wilson(wins[rule], args.goals)
         print(f"  {rule:30s} {wins[rule] / args.goals:.3f} [{lo:.3f}, {hi:.3f}]")
 

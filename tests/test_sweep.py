@@ -118,6 +118,16 @@ def test_warm_start_key_follows_what_sft_learns_from():
     assert key("rollout.history_length=1") != base
     assert key("train.seed=1") != base
     assert key("sft.episodes=10") != base
+    # a key added after warm starts were built (the WebShop expert) leaves the key as it was
+    # while it holds the value every earlier warm start had, and changes it otherwise
+    before = to_dict(load_config("configs/webshop_cpu.yaml"))
+    del before["env"]["webshop"]["expert"]  # the config as recorded before the key existed
+    assert warm_start_key(before) == warm_start_key(
+        load_config("configs/webshop_cpu.yaml", ["env.webshop.expert=oracle"])
+    )
+    assert warm_start_key(before) != warm_start_key(
+        load_config("configs/webshop_cpu.yaml", ["env.webshop.expert=reader"])
+    )
 
 
 def _run(mode: str, curve: list[tuple[int, int, list[int]]], seed: int = 0, **extra) -> dict:

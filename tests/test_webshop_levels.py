@@ -12,7 +12,7 @@ import pytest
 from rspo.config import ConfigError, WebshopConfig, load_config
 from rspo.config_rules import RANGES
 from rspo.envs import webshop_cache
-from rspo.envs.webshop import WebshopEnv, expert_query
+from rspo.envs.webshop import WebshopEnv, best_score, expert_query
 from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
@@ -247,3 +247,42 @@ def test_sparse_probe_plays_a_checkpoints_trained_policy(warm_model, tmp_path):
     fresh, _ = probe_policy(load_config(last / "config.yaml", ["sft.episodes=0"]))  # the base, a new adapter
     fresh.save(tmp_path / "fresh")
     assert weights_digest(tmp_path / "fresh") != weights_digest(last / "policy")
+
+
+def test_reader_expert_tries_items_in_reading_order_and_buys_one_that_offers_the_options():
+    """`env.webshop.expert=reader` acts on what the pages show: it opens the listed item whose
+    title names the most goal attributes under the price bound, goes back when that item's
+    page lacks the goal's option, opens the next, selects the option and buys. Played on a
+    task where the first candidate lacks the option and the second has it."""
+    from rspo.envs.webshop import offers, reading_order
+
+    reader = WebshopEnv(replace(EASY, expert="reader"))
+    shop = reader.shop
+    for index in range(reader.num_tasks("train")):
+        state = reader.reset("train", index)
+        goal = reader.goal
+        state = reader.step(reader.expert_action())
+        assert state.info["page"] == "results"
+        order = reading_order(shop, goal, reader.session.listed())
+        has = [offers(shop.products[i], goal) for i in order[:2]]
+        if goal.options and has == [False, True]:
+            break
+    else:
+        pytest.fail("no train task whose first candidate lacks the goal's option and whose second has it")
+    first, second = (shop.products[i] for i in order[:2])
+    # the reading order: priced under the bound, the most goal attributes named first
+    named = [sum(a in p.title.lower() for a in goal.attributes) for p in (first, second)]
+    assert named[0] >= named[1] and max(first.pricing[0], second.pricing[0]) <= goal.price_upper
+    (value,) = goal.options.values()  # one option type at this level
+    played = [reader.expert_action()]
+    while not (state := reader.step(played[-1])).done:
+        played.append(reader.expert_action())
+    assert played == [f"click[{first.asin.lower()}]", "click[< prev]", f"click[{second.asin.lower()}]",
+                      f"click[{value}]", "click[buy now]"]  # fmt: skip
+    assert reader.session.opened == [order[0], order[1]]
+    # the oracle, on the same task, opens an item that can win at once: it knows which can
+    oracle = WebshopEnv(EASY)
+    oracle.reset("train", index)
+    oracle.step(oracle.expert_action())
+    oracle.step(oracle.expert_action())
+    assert oracle.session.opened == [oracle.session.item] and best_score(shop.products[oracle.session.item], goal) == 1

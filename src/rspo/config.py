@@ -113,6 +113,9 @@ class WebshopConfig:
     variant_fraction: float = 0.4  # share of near-copies differing in one attribute, option or price
     title_attributes: int = 1  # attributes a product's title names (4 = all); the rest only on its item page
     page_size: int = 10  # results per page
+    # the expert of the SFT demonstrations: oracle (knows the goal's item: opens it at once) |
+    # reader (acts only on what the pages show: the best-named title under the price, its options)
+    expert: str = "oracle"
     backend: str = "generated"  # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
     real_file_path: str = ""  # real backend: its products file; empty = web_agent_site's default
     real_num_products: int = 0  # real backend: 0 = all; its indexes exist for 100, 1000, 100000
@@ -255,6 +258,7 @@ CHOICES: dict[str, list[str]] = {
     "env.name": ["alfworld", "webshop"],
     "env.webshop.outcome": ["success", "score"],
     "env.webshop.backend": ["generated", "real"],
+    "env.webshop.expert": ["oracle", "reader"],
     "algo.name": ["grpo", "ppo", "gigpo"],
     "rollout.behavior_logprobs": ["forward", "sampler"],
     "algo.norm": ["mean_std", "mean"],

@@ -30,6 +30,7 @@ What is compared and how: `rspo.results`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -52,6 +53,9 @@ WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm sta
 # settings inside those sections that only change how RL batches its passes, not what SFT
 # learns: they stay out of the key, so adding or flipping one keeps existing warm starts
 WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
+# keys added to those sections after warm starts were built, left out of the key while they
+# hold the value every earlier warm start had: adding one keeps existing warm starts
+WARM_START_ADDED = {("env", "webshop", "expert"): "oracle"}
 
 
 @dataclasses.dataclass
@@ -122,6 +126,10 @@ def warm_start_key(cfg) -> str:
     for section, keys in WARM_START_IGNORED.items():
         for key in keys:
             del d[section][key]
+    for (*path, key), before in WARM_START_ADDED.items():
+        node = functools.reduce(dict.__getitem__, path, d)
+        if node.get(key) == before:
+            del node[key]
     shared = {s: d[s] for s in WARM_START_SECTIONS} | {"seed": d["train"]["seed"]}
     return hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 

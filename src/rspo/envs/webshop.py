@@ -82,6 +82,7 @@ class Session:
     item: int | None = None  # viewed product
     options: dict[str, str] = field(default_factory=dict)  # option name -> selected value
     page_size: int = PAGE_SIZE
+    opened: list[int] = field(default_factory=list)  # items whose pages this episode opened, in order
 
     def listed(self) -> list[int]:
         return self.results[(self.page_no - 1) * self.page_size : self.page_no * self.page_size]
@@ -148,6 +149,7 @@ def click(shop: Shop, s: Session, target: str) -> None:
             s.page_no += 1 if target == "next >" else -1
         else:
             s.page, s.item, s.options = "item", shop.by_asin[target], {}
+            s.opened.append(s.item)
     elif s.page == "item" and target == "< prev":
         s.page, s.item, s.options = "results", None, {}
     elif s.page == "item" and target in SUB_PAGES:
@@ -262,10 +264,10 @@ class WebshopEnv(TextEnv):
         )
 
     def expert_action(self) -> str:
-        """The rule-based expert's next action; '' when no episode is running (never raises)."""
+        """The expert's next action (`env.webshop.expert`); '' when no episode is running (never raises)."""
         if self._state is None or self._state.done:
             return ""
-        return expert_action(self.shop, self.goal, self.session)
+        return EXPERTS[self.cfg.expert](self.shop, self.goal, self.session)
 
 
 # ---- the rule-based expert ------------------------------------------------------------
@@ -317,6 +319,48 @@ def expert_action(shop: Shop, goal: Goal, s: Session) -> str:
         if s.options.get(name) != value:
             return f"click[{value}]"
     return "click[buy now]"
+
+
+def reading_order(shop: Shop, goal: Goal, listed: list[int]) -> list[int]:
+    """The listed items a shopper who reads only the page and the instruction would try, in
+    order: those priced under the goal's bound, the titles naming the most of the goal's
+    attributes first (ties: as listed)."""
+    named = {i: sum(a in shop.products[i].title.lower() for a in goal.attributes) for i in listed}
+    return sorted((i for i in listed if shop.products[i].pricing[0] <= goal.price_upper), key=lambda i: -named[i])
+
+
+def offers(product: Product, goal: Goal) -> bool:
+    """Does the item page offer every option value the instruction asks for?"""
+    return all(v in product.options.get(k, ()) for k, v in goal.options.items())
+
+
+def reader_action(shop: Shop, goal: Goal, s: Session) -> str:
+    """The page-reading expert (`env.webshop.expert=reader`): it acts only on what the pages
+    and the instruction show, so a policy can learn each choice from its observation. Search
+    the goal's words; open the first listed item in `reading_order` not opened yet; if its
+    page does not offer the goal's options and another candidate is left, go back and open
+    that; else select the goal's options and buy (with no candidate at all: the first listed)."""
+    if s.page == "start":
+        return f"search[{expert_query(goal)}]"
+    if s.page in SUB_PAGES:
+        return "click[< prev]"
+    listed = s.listed()
+    left = [i for i in reading_order(shop, goal, listed) if i not in s.opened]
+    if s.page == "results":
+        if not listed:
+            return "click[back to search]"
+        pick = left[0] if left else (reading_order(shop, goal, listed) or listed)[0]
+        return f"click[{shop.products[pick].asin.lower()}]"
+    product = shop.products[s.item]
+    if left and not offers(product, goal):
+        return "click[< prev]"
+    for name, value in expert_options(product, goal).items():
+        if s.options.get(name) != value:
+            return f"click[{value}]"
+    return "click[buy now]"
+
+
+EXPERTS = {"oracle": expert_action, "reader": reader_action}  # env.webshop.expert
 
 
 # ---- the real WebShop ---------------------------------------------------------------------
