@@ -12,7 +12,7 @@ import pytest
 from rspo.config import ConfigError, WebshopConfig, load_config
 from rspo.config_rules import RANGES
 from rspo.envs import webshop_cache
-from rspo.envs.webshop import WebshopEnv, best_score, expert_query
+from rspo.envs.webshop import WebshopEnv, best_score, expert_query, offers, reading_order
 from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
@@ -254,8 +254,6 @@ def test_reader_expert_tries_items_in_reading_order_and_buys_one_that_offers_the
     title names the most goal attributes under the price bound, goes back when that item's
     page lacks the goal's option, opens the next, selects the option and buys. Played on a
     task where the first candidate lacks the option and the second has it."""
-    from rspo.envs.webshop import offers, reading_order
-
     reader = WebshopEnv(replace(EASY, expert="reader"))
     shop = reader.shop
     for index in range(reader.num_tasks("train")):

@@ -297,8 +297,10 @@ def expert_query(goal: Goal) -> str:
 
 
 def expert_action(shop: Shop, goal: Goal, s: Session) -> str:
-    """Search with the goal's words; open the first listed item that can score 1 (else page on,
-    else the best listed); select the goal's options; buy. A pure function of the state."""
+    """The oracle expert (`env.webshop.expert=oracle`, the default): search with the goal's
+    words; open the first listed item that can score 1 (else page on, else the best listed),
+    which it knows even when the page does not show it; select the goal's options; buy. A pure
+    function of the state."""
     if s.page == "start":
         return f"search[{expert_query(goal)}]"
     if s.page in SUB_PAGES:
