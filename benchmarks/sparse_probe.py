@@ -54,7 +54,7 @@ from rspo.policy_io import build_policy
 from rspo.prompts import parse_action
 from rspo.rewards.signal import signal_metrics
 from rspo.rollout import Plan, collect
-from rspo.sft import run_sft, warm_start_dir
+from rspo.sft import run_base, run_sft
 from rspo.stats import bootstrap_mean, wilson
 from rspo.sweep import warm_start_key
 
@@ -101,8 +101,7 @@ def probe_policy(cfg, checkpoint: Path | None = None) -> tuple:
     `runs/probe/<warm-start key>/sft` if missing), else the model as it is (`sft.episodes=0`)."""
     t0 = time.time()
     if checkpoint:
-        if cfg.sft.episodes and not cfg.model.init_from:  # the base as `rspo eval` finds it
-            cfg.model.init_from = str(warm_start_dir(cfg))
+        cfg.model.init_from = run_base(cfg)  # the base it trained on
         policy = build_policy(cfg.model)
         policy.load(checkpoint / "policy", ["target"])
         return policy, checkpoint
@@ -131,18 +130,17 @@ def webshop_stage(env: WebshopEnv, traj) -> str:
     furthest stage it reached with the goal's item (another item can also win)."""
     env.reset(traj.split, traj.task_index)
     goal, s = env.goal.product_index, env.session
-    listed = opened = False
+    listed = False
     for _, response in traj.transcript:
         done = env.step(parse_action(response)[0]).done
         listed |= s.page == "results" and goal in s.listed()
-        opened |= s.item == goal
         if done:
             break
     if traj.won:
         return "won"
     if s.page == "done":
         return "item bought, not won" if s.item == goal else "other item bought"
-    return "opened, not bought" if opened else "listed, not opened" if listed else "never listed"
+    return "opened, not bought" if goal in s.opened else "listed, not opened" if listed else "never listed"
 
 
 def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float], cfg, sft: Path) -> None:

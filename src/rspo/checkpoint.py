@@ -116,14 +116,13 @@ def check_resume(cfg) -> None:
     `rspo.config_rules.MAY_CHANGE` (how long, how watched, where saved) may differ."""
     from rspo.config import ConfigError, load_config, to_dict
     from rspo.config_rules import resume_mismatches
-    from rspo.sft import warm_start_dir
+    from rspo.sft import run_base
 
     path = resolve(cfg.train.resume, cfg.train.output_dir)
     if path is None:
         return
     new = to_dict(cfg)
-    if cfg.sft.episodes > 0 and not cfg.model.init_from:  # as `train.setup` will set it
-        new["model"]["init_from"] = str(warm_start_dir(cfg))
+    new["model"]["init_from"] = run_base(cfg)  # as `train.setup` will set it
     differ = resume_mismatches(to_dict(load_config(path / "config.yaml", validate=False)), new)
     if differ:
         raise ConfigError(

@@ -184,14 +184,13 @@ def evaluate_command(cfg: Config | None, checkpoint: str = "", overrides: list[s
     from rspo.config import load_config
     from rspo.envs.pool import EnvPool
     from rspo.policy_io import build_policy
-    from rspo.sft import model_corpus, warm_start_dir
+    from rspo.sft import model_corpus, run_base
 
     path = ckpt.require(checkpoint) if checkpoint else ckpt.latest(cfg.train.output_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.train.output_dir}/checkpoints; pass --checkpoint DIR")
     cfg = load_config(path / "config.yaml", ["train.resume=", *(overrides or [])])  # resume: the run's, not eval's
-    if cfg.sft.episodes > 0 and not cfg.model.init_from:  # the base model as `train.setup` chose it
-        cfg.model.init_from = str(warm_start_dir(cfg))
+    cfg.model.init_from = run_base(cfg)
     adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
     weights = {"checkpoint": str(path), "weights_sha256": ckpt.weights_digest(path / "policy")}
     with EnvPool(cfg.env, eval_pool_size(cfg)) as pool:

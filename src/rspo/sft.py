@@ -136,6 +136,12 @@ def warm_start_dir(cfg: Config) -> Path:
     return Path(cfg.train.output_dir) / "sft"
 
 
+def run_base(cfg: Config) -> str:
+    """The `model.init_from` a run trains from, as `train.setup` sets it: the config's own,
+    else the run's warm start when it builds one (`sft.episodes` > 0), else "" (`model.name`)."""
+    return cfg.model.init_from or (str(warm_start_dir(cfg)) if cfg.sft.episodes > 0 else "")
+
+
 def lr_factor(schedule: str, step: int, steps: int) -> float:
     """sft.lr's multiplier at optimizer step `step` of `steps`: 1 throughout ("constant"),
     or a half cosine from 1 at the first step to 0 after the last ("cosine")."""

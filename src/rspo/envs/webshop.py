@@ -347,11 +347,12 @@ def reader_action(shop: Shop, goal: Goal, s: Session) -> str:
     if s.page in SUB_PAGES:
         return "click[< prev]"
     listed = s.listed()
-    left = [i for i in reading_order(shop, goal, listed) if i not in s.opened]
+    order = reading_order(shop, goal, listed)
+    left = [i for i in order if i not in s.opened]
     if s.page == "results":
         if not listed:
             return "click[back to search]"
-        pick = left[0] if left else (reading_order(shop, goal, listed) or listed)[0]
+        pick = left[0] if left else (order or listed)[0]
         return f"click[{shop.products[pick].asin.lower()}]"
     product = shop.products[s.item]
     if left and not offers(product, goal):
