@@ -91,8 +91,12 @@ def main() -> None:
     report(trajs, len(tasks), seconds, cpu, cfg, sft)
     env = make_env(cfg.env) if cfg.env.name == "webshop" else None  # ALFWorld: no replay
     if isinstance(env, WebshopEnv):  # the generated shop (the real one keeps no session to read)
-        stages = collections.Counter(webshop_stage(env, t) for _, t in trajs)
+        replays = [webshop_stage(env, t) for _, t in trajs]
+        stages = collections.Counter(stage for stage, _ in replays)
+        noops = sum((n for _, n in replays), collections.Counter())
+        turns = sum(t.turns for _, t in trajs)
         print("  where trajectories end: " + ", ".join(f"{k} {stages[k] / len(trajs):.3f}" for k in STAGES))
+        print("  no-op turns, of all turns: " + ", ".join(f"{k} {noops[k] / turns:.3f}" for k in NOOPS))
 
 
 def probe_policy(cfg, checkpoint: Path | None = None) -> tuple:
@@ -125,22 +129,33 @@ STAGES = (  # WebShop: the furthest a trajectory got with the goal's item, in or
 )
 
 
-def webshop_stage(env: WebshopEnv, traj) -> str:
-    """Replay a trajectory's actions in the generated shop (deterministic) and name the
-    furthest stage it reached with the goal's item (another item can also win)."""
+NOOPS = ("an unlisted item", "on an item page", "other")  # what a turn the env did not apply was
+
+
+def webshop_stage(env: WebshopEnv, traj) -> tuple[str, collections.Counter]:
+    """Replay a trajectory's actions in the generated shop (deterministic): the furthest stage
+    it reached with the goal's item (another item can also win), and its no-op turns by kind
+    (a click on a catalog item the results page does not list; any no-op on an item page;
+    the rest)."""
     env.reset(traj.split, traj.task_index)
     goal, s = env.goal.product_index, env.session
-    listed = False
+    listed, noops = False, collections.Counter()
     for _, response in traj.transcript:
-        done = env.step(parse_action(response)[0]).done
+        action, page = parse_action(response)[0], s.page
+        state = env.step(action)
+        if not state.valid:
+            unlisted = page == "results" and action.startswith("click[") and action[6:-1] in env.shop.by_asin
+            noops[NOOPS[0] if unlisted else NOOPS[1] if page == "item" else NOOPS[2]] += 1
         listed |= s.page == "results" and goal in s.listed()
-        if done:
+        if state.done:
             break
     if traj.won:
-        return "won"
-    if s.page == "done":
-        return "item bought, not won" if s.item == goal else "other item bought"
-    return "opened, not bought" if goal in s.opened else "listed, not opened" if listed else "never listed"
+        stage = "won"
+    elif s.page == "done":
+        stage = "item bought, not won" if s.item == goal else "other item bought"
+    else:
+        stage = "opened, not bought" if goal in s.opened else "listed, not opened" if listed else "never listed"
+    return stage, noops
 
 
 def report(trajs: list, num_groups: int, seconds: list[float], cpu: list[float], cfg, sft: Path) -> None:

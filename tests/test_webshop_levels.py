@@ -196,12 +196,15 @@ def test_sparse_probe_names_where_a_trajectory_ended():
 
     env = WebshopEnv(EASY)
 
-    def stage(index: int, actions: list[str]) -> str:
+    def replay(index: int, actions: list[str]) -> tuple[str, dict]:
         play = WebshopEnv(EASY)  # plays the actions; `webshop_stage` replays them in `env`
         play.reset("test", index)
         won = any(play.step(a).won for a in actions)
         transcript = [("", f"<action>{a}</action>") for a in actions]  # (observation, response) per turn
         return webshop_stage(env, SimpleNamespace(split="test", task_index=index, won=won, transcript=transcript))
+
+    def stage(index: int, actions: list[str]) -> str:
+        return replay(index, actions)[0]
 
     # a task whose goal has an option to select and whose item the goal's own words list first
     for index in range(20):
@@ -214,7 +217,12 @@ def test_sparse_probe_names_where_a_trajectory_ended():
     else:
         pytest.fail("no task among the first 20 to play the stages on")
     goal, other = (env.shop.products[i].asin.lower() for i in listed[:2])
+    unlisted = next(p.asin.lower() for i, p in enumerate(env.shop.products) if i not in listed)
     assert stage(index, ["click[b0nothere0]"]) == "never listed"  # an unlisted click: a no-op
+    # no-op turns by kind: a catalog item this results page does not list, anything the item
+    # page does not offer, the rest (a click on the start page, a malformed action)
+    actions = ["click[b0nothere0]", "oops", search, f"click[{unlisted}]", f"click[{goal}]", "click[nothing]"]
+    assert replay(index, actions)[1] == {"other": 2, "an unlisted item": 1, "on an item page": 1}
     assert stage(index, [search, "click[back to search]"]) == "listed, not opened"
     assert stage(index, [search, f"click[{goal}]"]) == "opened, not bought"
     assert stage(index, [search, f"click[{other}]", "click[buy now]"]) == "other item bought"
