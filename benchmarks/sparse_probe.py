@@ -26,7 +26,8 @@ machine does not inflate). On the generated WebShop it also says where trajector
 each is replayed in a fresh env and counted at the furthest stage it reached (the goal's
 item never listed by a search, listed but never opened, opened but not bought, another item
 bought, the goal's item bought with a wrong option or price, won), with the share of turns
-the env did not apply (`noop_rate`: an unlisted or malformed click).
+the env did not apply (`noop_rate`) by kind: a click on a catalog item the results page
+does not list, any no-op on an item page, the rest.
 No eval split is read.
 
 `--checkpoint` plays a run's trained target policy instead (the checkpoint's recorded config,
