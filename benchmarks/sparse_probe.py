@@ -51,6 +51,7 @@ from rspo.config import load_config
 from rspo.envs import make_env
 from rspo.envs.pool import EnvPool
 from rspo.envs.webshop import WebshopEnv
+from rspo.envs.webshop import parse_action as shop_action
 from rspo.policy_io import build_policy
 from rspo.prompts import parse_action
 from rspo.rewards.signal import signal_metrics
@@ -145,7 +146,8 @@ def webshop_stage(env: WebshopEnv, traj) -> tuple[str, collections.Counter]:
         action, page = parse_action(response)[0], s.page
         state = env.step(action)
         if not state.valid:
-            unlisted = page == "results" and action.startswith("click[") and action[6:-1] in env.shop.by_asin
+            verb, target = shop_action(action) or ("", "")  # the env's own parse of `verb[target]`
+            unlisted = page == "results" and verb == "click" and target in env.shop.by_asin
             noops[NOOPS[0] if unlisted else NOOPS[1] if page == "item" else NOOPS[2]] += 1
         listed |= s.page == "results" and goal in s.listed()
         if state.done:
