@@ -1,0 +1,167 @@
+"""Is a setting's policy gradient signal or noise? Per-group gradients of a warm start, on TRAINING tasks only.
+
+    .venv/bin/python benchmarks/gradient_signal.py --config configs/webshop_cpu.yaml --tasks 48
+    .venv/bin/python benchmarks/gradient_signal.py --config configs/default.yaml --tasks 48
+    .venv/bin/python benchmarks/gradient_signal.py --checkpoint RUN/checkpoints/step_000060
+
+Plays `--tasks` training tasks as RL's first iterations would (`rollout.group_size`
+trajectories each at `rollout.temperature`; the warm start, or `--checkpoint`'s trained
+target, as `sparse_probe.py` builds them). Each task's trajectories are split in two halves,
+each its own group for the advantages, and the gradient of the trainer's own policy loss
+(`rspo.update.micro_loss`: the config's advantages, clip and aggregation, on the outcome
+reward less the invalid-action penalty, as the outcome arm trains) with respect to the
+parameters RL trains is taken for each half. Halves whose returns are all equal carry no
+advantage and are left out. It reports the mean cosine between two halves' gradients, with
+95% intervals (tasks resampled):
+
+  same task        two halves of one task: does the reward point one way on a task?
+  different tasks  halves of two tasks: does what one task's reward asks help another's?
+                   Only this shared part can move held-out tasks.
+  null             the same with each half's advantages shuffled among its trajectories:
+                   the reward's information removed, what a cosine is for noise alone.
+
+If each half's gradient is a shared direction mu plus independent noise, the different-task
+cosine is c = |mu|^2 / (|mu|^2 + sigma^2), and the mean of n halves' gradients has cosine
+sqrt(n c / (1 + (n - 1) c)) with mu: printed for the n of one update (an iteration's halves
+with signal / train.minibatches) and larger n. A cosine at the null's says an update's step
+is noise, whatever the learning rate.
+No eval split is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+import torch
+from sparse_probe import probe_policy
+
+from rspo import checkpoint as ckpt
+from rspo.algorithms import turns_from_batch
+from rspo.batch import TARGET
+from rspo.config import load_config
+from rspo.envs.pool import EnvPool
+from rspo.rewards.modes import MODES
+from rspo.rollout import Plan, collect
+from rspo.update import learner_advantages, micro_loss, row_weights
+
+
+def pair_cosine(grads: np.ndarray) -> np.ndarray:
+    """(K, K) cosine between rows of `grads` (K, P)."""
+    unit = grads / np.linalg.norm(grads, axis=1, keepdims=True)
+    return unit @ unit.T
+
+
+def mean_cosines(cos: np.ndarray, task: np.ndarray, pick: np.ndarray | None = None) -> tuple[float, float]:
+    """(same task, different tasks): the mean of cos[i, j] over pairs of half-groups of one
+    task, and over pairs of two different tasks. `pick`: the tasks to use (a resample may
+    repeat one; a repeat's copies are neither pair kind with each other)."""
+    pick = np.unique(task) if pick is None else pick
+    rows = np.concatenate([np.flatnonzero(task == t) for t in pick])
+    copy = np.concatenate([np.full((task == t).sum(), k) for k, t in enumerate(pick)])  # which draw
+    sub, t = cos[np.ix_(rows, rows)], task[rows]
+    same = (t[:, None] == t[None, :]) & (copy[:, None] == copy[None, :]) & ~np.eye(len(rows), dtype=bool)
+    other = t[:, None] != t[None, :]
+    return tuple(float(sub[m].mean()) if m.any() else float("nan") for m in (same, other))
+
+
+def bootstrap_cosines(cos: np.ndarray, task: np.ndarray, n: int = 1000, seed: int = 0) -> np.ndarray:
+    """(2, 2): the 95% interval [lo, hi] of (same task, different tasks), tasks resampled."""
+    rng, tasks = np.random.default_rng(seed), np.unique(task)
+    stats = np.array([mean_cosines(cos, task, rng.choice(tasks, len(tasks))) for _ in range(n)])
+    return np.nanquantile(stats, [0.025, 0.975], axis=0).T
+
+
+def batch_cosine(c: float, n: int) -> float:
+    """cos(mean of n gradients, mu) when each is mu + independent noise and two of them have cosine c."""
+    return float(np.sqrt(n * c / (1 + (n - 1) * c))) if c > 0 else 0.0
+
+
+def half_gradients(policy, cfg, batch, shuffle: bool, gen: torch.Generator) -> tuple[list, list]:
+    """(flat gradients, their task) of the target's loss on each half of each task group
+    (its trajectories split in two, each half its own group of G/2 for the advantages);
+    halves whose returns are all equal carry no gradient and are left out."""
+    traj_group = {int(t): int(g) for t, g in zip(batch.traj_id, batch.group_id)}
+    rank: dict[int, int] = {}
+    for t in sorted(traj_group):  # trajectories of a group: first half, second half
+        rank[t] = sum(traj_group[u] == traj_group[t] for u in rank)
+    G = max(rank.values()) + 1
+    half = torch.tensor([2 * traj_group[int(t)] + (rank[int(t)] >= G // 2) for t in batch.traj_id])
+    reward = MODES["outcome"](cfg).learner_data(batch, 0)["target"].reward  # as training: outcome - penalty
+    turns = turns_from_batch(batch, reward)
+    turns.group_id = half
+    adv, _ = learner_advantages(turns, cfg.algo)
+    if shuffle:  # permute trajectories' advantages within each half: same values, no information
+        adv = adv.clone()
+        for h in half.unique():
+            trajs = batch.traj_id[half == h].unique()
+            values = [adv[batch.traj_id == t][0] for t in trajs]
+            for t, k in zip(trajs, torch.randperm(len(trajs), generator=gen)):
+                adv[batch.traj_id == t] = values[k]
+    weights = row_weights(batch, cfg.algo.loss_agg)
+    params = policy.parameters_of("target")
+    grads, task = [], []
+    for h in half.unique():
+        rows = torch.nonzero(half == h).squeeze(1)
+        if adv[rows].abs().max() == 0:
+            continue
+        x = batch.select(rows).trim().to(policy.device)
+        off = torch.zeros(len(rows), dtype=torch.bool)
+        loss, _ = micro_loss(policy, "target", x, adv[rows], off, weights[rows], cfg)
+        g = torch.autograd.grad(loss, params, allow_unused=True)
+        flat = [(d if d is not None else torch.zeros_like(p)).flatten() for d, p in zip(g, params)]
+        grads.append(torch.cat(flat).double().cpu().numpy())
+        task.append(int(h) // 2)
+    return grads, task
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/default.yaml")
+    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    ap.add_argument(
+        "--tasks", type=int, default=48, help="train tasks played (each by rollout.group_size trajectories)"
+    )
+    ap.add_argument("--task-seed", type=int, default=777, help="seed of the train tasks drawn (as sparse_probe.py)")
+    ap.add_argument("--checkpoint", default="", help="a run's checkpoint: its target policy, not a warm start")
+    args = ap.parse_args()
+    checkpoint = ckpt.require(args.checkpoint) if args.checkpoint else None
+    cfg = load_config(checkpoint / "config.yaml" if checkpoint else args.config, args.overrides)
+    torch.manual_seed(cfg.train.seed)
+    gen = torch.Generator().manual_seed(cfg.train.seed)
+    policy, source = probe_policy(cfg, checkpoint)
+    G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
+    found = {False: ([], []), True: ([], [])}  # shuffled? -> (gradients, tasks)
+    wins = []
+    with EnvPool(cfg.env, B * G) as pool:
+        rng = random.Random(args.task_seed)
+        tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
+        for start in range(0, len(tasks), B):
+            ro = collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
+                         cfg.rollout, temperature=cfg.rollout.temperature,
+                         max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
+            wins += [t.won for t in ro.trajectories]
+            for shuffle, (grads, task) in found.items():
+                g, t = half_gradients(policy, cfg, ro.batch, shuffle, gen)
+                grads += g
+                task += [start + k for k in t]  # tasks are numbered across rollouts
+    print(f"{source}: {args.tasks} train tasks x {G} at T={cfg.rollout.temperature}, success {np.mean(wins):.3f}, "
+          f"{len(found[False][0])} of {2 * args.tasks} half-groups with signal")  # fmt: skip
+    print("  mean cosine between two half-groups' gradients (95% interval, tasks resampled):")
+    print("                                     same task                  different tasks")
+    cross = {}
+    for shuffle, (grads, task) in found.items():
+        cos, task = pair_cosine(np.stack(grads)), np.array(task)
+        (same, other), ((slo, shi), (olo, ohi)) = mean_cosines(cos, task), bootstrap_cosines(cos, task)
+        cross[shuffle] = other
+        label = "advantages shuffled (null)" if shuffle else "the loss as trained        "
+        print(f"  {label}  {same:+.4f} [{slo:+.4f}, {shi:+.4f}]  {other:+.4f} [{olo:+.4f}, {ohi:+.4f}]")
+    per_update = max(1, round(len(found[False][0]) / (args.tasks / B) / cfg.train.minibatches))
+    print("  the mean of n halves' gradients, cosine with their shared direction: "
+          + ", ".join(f"n={n}{' (one update)' if n == per_update else ''} {batch_cosine(cross[False], n):.3f}"
+                      for n in sorted({per_update, 16, 64, 256})))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
