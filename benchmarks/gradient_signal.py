@@ -25,6 +25,13 @@ cosine is c = |mu|^2 / (|mu|^2 + sigma^2), and the mean of n halves' gradients h
 sqrt(n c / (1 + (n - 1) c)) with mu: printed for the n of one update (an iteration's halves
 with signal / train.minibatches) and larger n. A cosine at the null's says an update's step
 is noise, whatever the learning rate.
+
+`--steps 0.01,0.03` then asks whether the shared direction raises success at all: for each
+size, one sign step along the mean of every half's gradient (what an Adam step is on its
+first update: each parameter moves by the size against its gradient's sign; 0.01 is ten
+consistent steps at train.lr=1e-3), and a control step of the largest size with random signs;
+each policy plays `--probe-tasks` other training tasks (another draw), success against the
+unstepped policy's on the same tasks (paired by task, 95% interval).
 No eval split is read.
 """
 
@@ -44,6 +51,7 @@ from rspo.config import load_config
 from rspo.envs.pool import EnvPool
 from rspo.rewards.modes import MODES
 from rspo.rollout import Plan, collect
+from rspo.stats import bootstrap_mean
 from rspo.update import learner_advantages, micro_loss, row_weights
 
 
@@ -116,6 +124,74 @@ def half_gradients(policy, cfg, batch, shuffle: bool, gen: torch.Generator) -> t
     return grads, task
 
 
+def play(policy, pool, cfg, tasks):
+    """(first task's index, rollout) for each `rollout.num_tasks` tasks in turn, as training samples."""
+    B, G = cfg.rollout.num_tasks, cfg.rollout.group_size
+    for start in range(0, len(tasks), B):
+        yield start, collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
+                             cfg.rollout, temperature=cfg.rollout.temperature,
+                             max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
+
+
+def task_success(policy, pool, cfg, tasks) -> np.ndarray:
+    """(len(tasks),) each task's success rate over its group."""
+    out = []
+    for _, ro in play(policy, pool, cfg, tasks):
+        by_group: dict[int, list[bool]] = {}
+        for t in ro.trajectories:
+            by_group.setdefault(t.group_id, []).append(t.won)
+        out += [np.mean(by_group[g]) for g in sorted(by_group)]
+    return np.array(out)
+
+
+@torch.no_grad()
+def step_probe(policy, pool, cfg, tasks, mean_grad: np.ndarray, sizes: str, gen: torch.Generator) -> None:
+    """Success on `tasks` after one sign step of each size along -mean_grad (and a random-sign
+    control at the largest), against the unstepped policy's; the weights are put back after each."""
+    params = policy.parameters_of("target")
+    saved = [p.detach().clone() for p in params]
+    sign = torch.from_numpy(np.sign(mean_grad)).float()
+    sizes = [float(x) for x in sizes.split(",")]
+    steps = [(f"step {x:g}", x, sign) for x in sizes]
+    shuffled = sign[torch.randperm(len(sign), generator=gen)]  # random signs, as many of each
+    steps.append((f"random-sign step {max(sizes):g}", max(sizes), shuffled))
+    torch.manual_seed(cfg.train.seed)
+    base = task_success(policy, pool, cfg, tasks)
+    print(f"  one sign step along the mean gradient; success on {len(tasks)} other train tasks "
+          f"(95% interval, tasks resampled): unstepped {base.mean():.3f}")  # fmt: skip
+    for label, size, direction in steps:
+        offset = 0
+        for p in params:
+            p -= size * direction[offset : offset + p.numel()].view_as(p).to(p)
+            offset += p.numel()
+        torch.manual_seed(cfg.train.seed)
+        after = task_success(policy, pool, cfg, tasks)
+        mean, lo, hi = bootstrap_mean([after - base])
+        print(f"    {label:24s} {after.mean():.3f}, minus unstepped {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        for p, w in zip(params, saved):
+            p.copy_(w)
+
+
+def report(found: dict, wins: list, source, num_tasks: int, cfg) -> None:
+    """Print the cosines (as trained and null) and what they imply for one update."""
+    T, G = cfg.rollout.temperature, cfg.rollout.group_size
+    print(f"{source}: {num_tasks} train tasks x {G} at T={T}, success {np.mean(wins):.3f}, "
+          f"{len(found[False][0])} of {2 * num_tasks} half-groups with signal")  # fmt: skip
+    print("  mean cosine between two half-groups' gradients (95% interval, tasks resampled):")
+    print("                                     same task                  different tasks")
+    cross = {}
+    for shuffle, (grads, task) in found.items():
+        cos, task = pair_cosine(np.stack(grads)), np.array(task)
+        (same, other), ((slo, shi), (olo, ohi)) = mean_cosines(cos, task), bootstrap_cosines(cos, task)
+        cross[shuffle] = other
+        label = "advantages shuffled (null)" if shuffle else "the loss as trained        "
+        print(f"  {label}  {same:+.4f} [{slo:+.4f}, {shi:+.4f}]  {other:+.4f} [{olo:+.4f}, {ohi:+.4f}]")
+    per_update = max(1, round(len(found[False][0]) / (num_tasks / cfg.rollout.num_tasks) / cfg.train.minibatches))
+    print("  the mean of n halves' gradients, cosine with their shared direction: "
+          + ", ".join(f"n={n}{' (one update)' if n == per_update else ''} {batch_cosine(cross[False], n):.3f}"
+                      for n in sorted({per_update, 16, 64, 256})))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/default.yaml")
@@ -125,6 +201,8 @@ def main() -> None:
     )
     ap.add_argument("--task-seed", type=int, default=777, help="seed of the train tasks drawn (as sparse_probe.py)")
     ap.add_argument("--checkpoint", default="", help="a run's checkpoint: its target policy, not a warm start")
+    ap.add_argument("--steps", default="", help="sign-step sizes along the mean gradient to probe, e.g. 0.01,0.03")
+    ap.add_argument("--probe-tasks", type=int, default=48, help="other train tasks each stepped policy plays")
     args = ap.parse_args()
     checkpoint = ckpt.require(args.checkpoint) if args.checkpoint else None
     cfg = load_config(checkpoint / "config.yaml" if checkpoint else args.config, args.overrides)
@@ -137,30 +215,17 @@ def main() -> None:
     with EnvPool(cfg.env, B * G) as pool:
         rng = random.Random(args.task_seed)
         tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
-        for start in range(0, len(tasks), B):
-            ro = collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
-                         cfg.rollout, temperature=cfg.rollout.temperature,
-                         max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
+        for start, ro in play(policy, pool, cfg, tasks):
             wins += [t.won for t in ro.trajectories]
             for shuffle, (grads, task) in found.items():
                 g, t = half_gradients(policy, cfg, ro.batch, shuffle, gen)
                 grads += g
                 task += [start + k for k in t]  # tasks are numbered across rollouts
-    print(f"{source}: {args.tasks} train tasks x {G} at T={cfg.rollout.temperature}, success {np.mean(wins):.3f}, "
-          f"{len(found[False][0])} of {2 * args.tasks} half-groups with signal")  # fmt: skip
-    print("  mean cosine between two half-groups' gradients (95% interval, tasks resampled):")
-    print("                                     same task                  different tasks")
-    cross = {}
-    for shuffle, (grads, task) in found.items():
-        cos, task = pair_cosine(np.stack(grads)), np.array(task)
-        (same, other), ((slo, shi), (olo, ohi)) = mean_cosines(cos, task), bootstrap_cosines(cos, task)
-        cross[shuffle] = other
-        label = "advantages shuffled (null)" if shuffle else "the loss as trained        "
-        print(f"  {label}  {same:+.4f} [{slo:+.4f}, {shi:+.4f}]  {other:+.4f} [{olo:+.4f}, {ohi:+.4f}]")
-    per_update = max(1, round(len(found[False][0]) / (args.tasks / B) / cfg.train.minibatches))
-    print("  the mean of n halves' gradients, cosine with their shared direction: "
-          + ", ".join(f"n={n}{' (one update)' if n == per_update else ''} {batch_cosine(cross[False], n):.3f}"
-                      for n in sorted({per_update, 16, 64, 256})))  # fmt: skip
+        report(found, wins, source, args.tasks, cfg)
+        if args.steps:
+            rng = random.Random(args.task_seed + 1)  # other tasks than the gradients'
+            others = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.probe_tasks)]
+            step_probe(policy, pool, cfg, others, np.mean(found[False][0], axis=0), args.steps, gen)
 
 
 if __name__ == "__main__":

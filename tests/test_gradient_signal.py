@@ -79,3 +79,34 @@ def test_half_gradients_take_each_half_with_signal_once(warm_model):
     assert with_signal > 0 and len(grads) == len(task) == with_signal
     assert all(np.isfinite(g).all() and np.abs(g).sum() > 0 for g in grads)
     assert max(task.count(t) for t in task) <= 2
+
+
+def test_step_probe_moves_the_policy_and_puts_it_back(warm_model, capsys, monkeypatch):
+    """`--steps`: each stepped policy plays with its weights moved by exactly the step (one
+    sign step: every trained parameter by +-size), and the weights are bitwise the warm
+    start's again afterwards."""
+    import gradient_signal
+    from conftest import small_config
+
+    from rspo.envs.pool import EnvPool
+    from rspo.policy_io import build_policy
+
+    cfg = small_config(f"model.init_from={warm_model}", "rollout.group_size=2")
+    policy = build_policy(cfg.model)
+    params = policy.parameters_of("target")
+    before = [p.detach().clone() for p in params]
+    grad = np.random.default_rng(0).normal(size=sum(p.numel() for p in params))  # no zero: every sign is +-1
+    moved, play = [], gradient_signal.task_success
+
+    def spy(*args):  # how far the weights are from the warm start's when each policy plays
+        moved.append(max(float((p - b).abs().max()) for p, b in zip(params, before)))
+        return play(*args)
+
+    monkeypatch.setattr(gradient_signal, "task_success", spy)
+    with EnvPool(cfg.env, 2 * 2) as pool:
+        gradient_signal.step_probe(
+            policy, pool, cfg, [("train", 0), ("train", 1)], grad, "0.01,0.03", torch.Generator()
+        )
+    assert moved == pytest.approx([0.0, 0.01, 0.03, 0.03], abs=1e-6)  # unstepped, two steps, random-sign control
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert "random-sign step 0.03" in capsys.readouterr().out
