@@ -37,20 +37,13 @@ No eval split is read.
 
 from __future__ import annotations
 
-import argparse
-import random
-
 import numpy as np
 import torch
-from sparse_probe import probe_policy
+from sparse_probe import draw_tasks, play, probe_config, probe_parser, probe_policy
 
-from rspo import checkpoint as ckpt
 from rspo.algorithms import turns_from_batch
-from rspo.batch import TARGET
-from rspo.config import load_config
 from rspo.envs.pool import EnvPool
 from rspo.rewards.modes import MODES
-from rspo.rollout import Plan, collect
 from rspo.stats import bootstrap_mean
 from rspo.update import learner_advantages, micro_loss, row_weights
 
@@ -124,15 +117,6 @@ def half_gradients(policy, cfg, batch, shuffle: bool, gen: torch.Generator) -> t
     return grads, task
 
 
-def play(policy, pool, cfg, tasks):
-    """(first task's index, rollout) for each `rollout.num_tasks` tasks in turn, as training samples."""
-    B, G = cfg.rollout.num_tasks, cfg.rollout.group_size
-    for start in range(0, len(tasks), B):
-        yield start, collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
-                             cfg.rollout, temperature=cfg.rollout.temperature,
-                             max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
-
-
 def task_success(policy, pool, cfg, tasks) -> np.ndarray:
     """(len(tasks),) each task's success rate over its group."""
     out = []
@@ -193,28 +177,17 @@ def report(found: dict, wins: list, source, num_tasks: int, cfg) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/default.yaml")
-    ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
-    ap.add_argument(
-        "--tasks", type=int, default=48, help="train tasks played (each by rollout.group_size trajectories)"
-    )
-    ap.add_argument("--task-seed", type=int, default=777, help="seed of the train tasks drawn (as sparse_probe.py)")
-    ap.add_argument("--checkpoint", default="", help="a run's checkpoint: its target policy, not a warm start")
+    ap = probe_parser(__doc__.splitlines()[0])
     ap.add_argument("--steps", default="", help="sign-step sizes along the mean gradient to probe, e.g. 0.01,0.03")
     ap.add_argument("--probe-tasks", type=int, default=48, help="other train tasks each stepped policy plays")
     args = ap.parse_args()
-    checkpoint = ckpt.require(args.checkpoint) if args.checkpoint else None
-    cfg = load_config(checkpoint / "config.yaml" if checkpoint else args.config, args.overrides)
-    torch.manual_seed(cfg.train.seed)
+    cfg, checkpoint = probe_config(args)
     gen = torch.Generator().manual_seed(cfg.train.seed)
     policy, source = probe_policy(cfg, checkpoint)
-    G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
     found = {False: ([], []), True: ([], [])}  # shuffled? -> (gradients, tasks)
     wins = []
-    with EnvPool(cfg.env, B * G) as pool:
-        rng = random.Random(args.task_seed)
-        tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
+    with EnvPool(cfg.env, cfg.rollout.num_tasks * cfg.rollout.group_size) as pool:
+        tasks = draw_tasks(pool, args.tasks, args.task_seed)
         for start, ro in play(policy, pool, cfg, tasks):
             wins += [t.won for t in ro.trajectories]
             for shuffle, (grads, task) in found.items():
@@ -223,8 +196,7 @@ def main() -> None:
                 task += [start + k for k in t]  # tasks are numbered across rollouts
         report(found, wins, source, args.tasks, cfg)
         if args.steps:
-            rng = random.Random(args.task_seed + 1)  # other tasks than the gradients'
-            others = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.probe_tasks)]
+            others = draw_tasks(pool, args.probe_tasks, args.task_seed + 1)  # other tasks than the gradients'
             step_probe(policy, pool, cfg, others, np.mean(found[False][0], axis=0), args.steps, gen)
 
 

@@ -61,8 +61,9 @@ from rspo.stats import bootstrap_mean, wilson
 from rspo.sweep import warm_start_key
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def probe_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every probe of a warm start (or a checkpoint) on training tasks takes."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--config", default="configs/default.yaml")
     ap.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     ap.add_argument(
@@ -72,24 +73,46 @@ def main() -> None:
         "--task-seed", type=int, default=777, help="seed of the train tasks drawn (777: seed 0's tasks before it)"
     )
     ap.add_argument("--checkpoint", default="", help="a run's checkpoint: play its target policy, not a warm start")
-    args = ap.parse_args()
+    return ap
+
+
+def probe_config(args: argparse.Namespace) -> tuple:
+    """(config, checkpoint or None) of `probe_parser`'s arguments; torch seeded with train.seed."""
     checkpoint = ckpt.require(args.checkpoint) if args.checkpoint else None
     cfg = load_config(checkpoint / "config.yaml" if checkpoint else args.config, args.overrides)
     torch.manual_seed(cfg.train.seed)
+    return cfg, checkpoint
+
+
+def draw_tasks(pool, num_tasks: int, seed: int) -> list[tuple[str, int]]:
+    """`num_tasks` train tasks drawn with `seed` (not training's task stream)."""
+    rng = random.Random(seed)
+    return [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(num_tasks)]
+
+
+def play(policy, pool, cfg, tasks):
+    """(first task's index, rollout) for each `rollout.num_tasks` of `tasks` in turn, played as
+    RL's iterations sample (`rollout.group_size` target trajectories a task)."""
+    B, G = cfg.rollout.num_tasks, cfg.rollout.group_size
+    for start in range(0, len(tasks), B):
+        yield start, collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
+                             cfg.rollout, temperature=cfg.rollout.temperature,
+                             max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
+
+
+def main() -> None:
+    args = probe_parser(__doc__.splitlines()[0]).parse_args()
+    cfg, checkpoint = probe_config(args)
     policy, sft = probe_policy(cfg, checkpoint)
-    G, B = cfg.rollout.group_size, cfg.rollout.num_tasks
-    with EnvPool(cfg.env, B * G) as pool:
-        rng = random.Random(args.task_seed)  # not training's task stream
-        tasks = [("train", rng.randrange(pool.num_tasks("train"))) for _ in range(args.tasks)]
+    with EnvPool(cfg.env, cfg.rollout.num_tasks * cfg.rollout.group_size) as pool:
+        tasks = draw_tasks(pool, args.tasks, args.task_seed)
         trajs, seconds, cpu = [], [], []
-        for start in range(0, len(tasks), B):
-            t1, c1 = time.time(), time.process_time()
-            ro = collect(policy, pool, cfg.env.name, tasks[start : start + B], [Plan("target", G, TARGET)],
-                         cfg.rollout, temperature=cfg.rollout.temperature,
-                         max_turns=cfg.rollout.max_turns or pool.max_steps, progress=False)  # fmt: skip
+        t1, c1 = time.time(), time.process_time()
+        for start, ro in play(policy, pool, cfg, tasks):
             seconds.append(time.time() - t1)
             cpu.append(time.process_time() - c1)  # this process's CPU time (env workers excluded)
             trajs += [(start + t.group_id, t) for t in ro.trajectories]
+            t1, c1 = time.time(), time.process_time()
     report(trajs, len(tasks), seconds, cpu, cfg, sft)
     env = make_env(cfg.env) if cfg.env.name == "webshop" else None  # ALFWorld: no replay
     if isinstance(env, WebshopEnv):  # the generated shop (the real one keeps no session to read)
