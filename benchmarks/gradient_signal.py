@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sparse_probe import draw_tasks, play, probe_config, probe_parser, probe_policy
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rspo.algorithms import turns_from_batch
 from rspo.envs.pool import EnvPool
@@ -133,8 +134,8 @@ def step_probe(policy, pool, cfg, tasks, mean_grad: np.ndarray, sizes: str, gen:
     """Success on `tasks` after one sign step of each size along -mean_grad (and a random-sign
     control at the largest), against the unstepped policy's; the weights are put back after each."""
     params = policy.parameters_of("target")
-    saved = [p.detach().clone() for p in params]
-    sign = torch.from_numpy(np.sign(mean_grad)).float()
+    saved = parameters_to_vector(params)
+    sign = torch.from_numpy(np.sign(mean_grad)).to(saved)
     sizes = [float(x) for x in sizes.split(",")]
     steps = [(f"step {x:g}", x, sign) for x in sizes]
     shuffled = sign[torch.randperm(len(sign), generator=gen)]  # random signs, as many of each
@@ -144,16 +145,12 @@ def step_probe(policy, pool, cfg, tasks, mean_grad: np.ndarray, sizes: str, gen:
     print(f"  one sign step along the mean gradient; success on {len(tasks)} other train tasks "
           f"(95% interval, tasks resampled): unstepped {base.mean():.3f}")  # fmt: skip
     for label, size, direction in steps:
-        offset = 0
-        for p in params:
-            p -= size * direction[offset : offset + p.numel()].view_as(p).to(p)
-            offset += p.numel()
+        vector_to_parameters(saved - size * direction, params)
         torch.manual_seed(cfg.train.seed)
         after = task_success(policy, pool, cfg, tasks)
         mean, lo, hi = bootstrap_mean([after - base])
         print(f"    {label:24s} {after.mean():.3f}, minus unstepped {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
-        for p, w in zip(params, saved):
-            p.copy_(w)
+        vector_to_parameters(saved, params)
 
 
 def report(found: dict, wins: list, source, num_tasks: int, cfg) -> None:
