@@ -56,6 +56,9 @@ WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
 # keys added to those sections after warm starts were built, left out of the key while they
 # hold the value every earlier warm start had: adding one keeps existing warm starts
 WARM_START_ADDED = {("env", "webshop", "expert"): "oracle"}
+# RL-only settings that earlier keys hashed, every experiment at this value: hashed at it
+# whatever they hold, so a grid over them shares its warm starts and existing keys stay
+WARM_START_PINNED = {("rollout", "num_tasks"): 8}
 
 
 @dataclasses.dataclass
@@ -130,6 +133,8 @@ def warm_start_key(cfg) -> str:
         node = functools.reduce(dict.__getitem__, path, d)
         if node.get(key) == before:
             del node[key]
+    for (*path, key), value in WARM_START_PINNED.items():
+        functools.reduce(dict.__getitem__, path, d)[key] = value
     shared = {s: d[s] for s in WARM_START_SECTIONS} | {"seed": d["train"]["seed"]}
     return hashlib.sha1(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:10]
 
