@@ -15,7 +15,7 @@ An experiment file names a base run config, a grid of dotted keys, and where thi
       reward.mode: [outcome, process, rspo]
       train.seed: [0, 1, 2]
 
-Runs that share everything the warm start depends on (model, env, sft, rollout, seed)
+Runs that share everything the warm start depends on (model, env, sft, rollout, seed; not what only RL reads)
 share one SFT warm start, so the arms of a comparison start from the same weights; each
 run records the sha256 of the weights it started from (`warm_start` in results.json), so
 runs built in other sessions pair only when their starts are bitwise equal. A run
