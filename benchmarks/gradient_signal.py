@@ -85,10 +85,11 @@ def half_gradients(policy, cfg, batch, shuffle: bool, gen: torch.Generator) -> t
     (its trajectories split in two, each half its own group of G/2 for the advantages);
     halves whose returns are all equal carry no gradient and are left out."""
     traj_group = {int(t): int(g) for t, g in zip(batch.traj_id, batch.group_id)}
-    rank: dict[int, int] = {}
-    for t in sorted(traj_group):  # trajectories of a group: first half, second half
-        rank[t] = sum(traj_group[u] == traj_group[t] for u in rank)
-    G = max(rank.values()) + 1
+    members: dict[int, list[int]] = {}  # group -> its trajectories in id order: first half, second half
+    for t in sorted(traj_group):
+        members.setdefault(traj_group[t], []).append(t)
+    rank = {t: k for trajs in members.values() for k, t in enumerate(trajs)}
+    G = max(len(trajs) for trajs in members.values())
     half = torch.tensor([2 * traj_group[int(t)] + (rank[int(t)] >= G // 2) for t in batch.traj_id])
     reward = MODES["outcome"](cfg).learner_data(batch, 0)["target"].reward  # as training: outcome - penalty
     turns = turns_from_batch(batch, reward)
