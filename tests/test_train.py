@@ -72,6 +72,7 @@ def test_two_steps_train_every_algorithm(warm_model, tmp_path, algo, mode):
         for metrics in history:
             assert all(math.isfinite(v) for v in metrics.values()), metrics
             assert metrics["adv/abs_mean"] > 0
+            assert metrics["policy/sampled_nll"] > 0  # sampled at T = 1 from a spread-out policy: -log p > 0
         if mode == "rspo":
             assert "explorer/loss/policy" in history[-1] and "explorer/rollout/success_rate" in history[-1]
             assert len(run.mode.buffer) > 0  # explorer trajectories stored for replay

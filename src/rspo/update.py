@@ -178,6 +178,9 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
         "train/skipped_updates": float(skipped),
         "adv/mean": adv.mean().item(),
         "adv/abs_mean": adv.abs().mean().item(),
+        # -log p of the sampled response tokens, as recorded at sampling: at temperature 1 a
+        # Monte Carlo estimate of the sampling policy's per-token entropy (rising: spreading out)
+        "policy/sampled_nll": masked_mean(-view.behavior_logprobs, view.response_mask).item(),
         "reward/turn_mean": data.reward[data.rows].mean().item(),
         "perf/time_advantages_s": t_adv,
     }
