@@ -206,6 +206,18 @@ def test_row_weights_hand_computed():
     torch.testing.assert_close(row_weights(rows, "token_mean"), torch.ones(3))
 
 
+def test_sampled_nll_hand_computed_leaves_out_offpolicy_rows():
+    from rspo.update import sampled_nll
+
+    rows = Rows([0, 1, 2], [2, 1, 2])
+    rows.behavior_logprobs = torch.tensor([[-1.0, -3.0], [-0.5, -9.0], [-7.0, -7.0]])  # -9.0: padding
+    # all rows the learner's own: (1 + 3 + 0.5 + 7 + 7) / 5 tokens = 3.7
+    torch.testing.assert_close(sampled_nll(rows, torch.tensor([False, False, False])), torch.tensor(3.7))
+    # row 2 the explorer's (RSPO): (1 + 3 + 0.5) / 3 = 1.5
+    torch.testing.assert_close(sampled_nll(rows, torch.tensor([False, False, True])), torch.tensor(1.5))
+    torch.testing.assert_close(sampled_nll(rows, torch.tensor([True, True, True])), torch.tensor(0.0))
+
+
 def test_trajectory_mean_removes_the_long_failure_bias():
     # One group, two trajectories: a success in 1 turn of 2 tokens (A = +1) and a failure in
     # 3 turns of 2 tokens each (A = -1): the advantages sum to 0 over trajectories.

@@ -178,9 +178,7 @@ def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: Learne
         "train/skipped_updates": float(skipped),
         "adv/mean": adv.mean().item(),
         "adv/abs_mean": adv.abs().mean().item(),
-        # -log p of the sampled response tokens, as recorded at sampling: at temperature 1 a
-        # Monte Carlo estimate of the sampling policy's per-token entropy (rising: spreading out)
-        "policy/sampled_nll": masked_mean(-view.behavior_logprobs, view.response_mask).item(),
+        "policy/sampled_nll": sampled_nll(view, offpolicy).item(),
         "reward/turn_mean": data.reward[data.rows].mean().item(),
         "perf/time_advantages_s": t_adv,
     }
@@ -196,6 +194,15 @@ def learner_advantages(turns: Turns, a) -> tuple[Tensor, Tensor | None]:
         turns, norm=a.norm, gamma=a.gamma, lam=a.gae_lambda, step_weight=a.step_weight
     )
     return (whiten(adv) if a.whiten_advantages else adv), returns
+
+
+def sampled_nll(batch: TurnBatch, offpolicy: Tensor) -> Tensor:
+    """Mean -log p of the tokens the learner sampled itself, as recorded at sampling (0-dim):
+    at temperature 1 a Monte Carlo estimate of its per-token entropy (rising: the policy
+    spreads out). Off-policy rows (RSPO's explorer and replayed turns in the target's batch)
+    are left out: their log-probs are another policy's. 0 when every row is off-policy."""
+    own = batch.response_mask * (~offpolicy).to(batch.response_mask)[:, None]
+    return masked_mean(-batch.behavior_logprobs, own)
 
 
 def row_weights(batch: TurnBatch, loss_agg: str) -> Tensor:
