@@ -126,6 +126,43 @@ def test_offpolicy_positive_only():
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.2, -0.5], [0.0, 0.0]]))
 
 
+def test_offpolicy_ppo_is_a_trust_region_on_both_signs():
+    # rho = (0.8, 5.0), eps = 0.2: clip(rho) = (0.8, 1.2)
+    # A = +1: max(-rho, -clip) = (-0.8, -1.2); token-mean -1.0; the second token is past 1 + eps: no gradient
+    logp = lp(0.4, 0.5)
+    loss, m = offpolicy_loss(logp, "ppo")
+    torch.testing.assert_close(loss, torch.tensor(-1.0))
+    assert m["offpolicy/weight_mean"] == pytest.approx(1.0)  # weights (0.8, 1.2)
+    assert m["offpolicy/weight_std"] == pytest.approx(0.2)  # sqrt(((0.8 - 1)^2 + (1.2 - 1)^2) / 2)
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.4, 0.0]]))  # -A rho / 2 tokens; 0 where clipped
+    # A = -1 on rho' = (0.5, 1.5) (the target gives (0.25, 0.15)): max(rho', clip(rho')) = (0.8, 1.5), mean 1.15;
+    # the first token, already below 1 - eps, is not pushed further down; the second is, with weight rho'
+    logp = lp(0.25, 0.15)
+    loss, _ = offpolicy_loss(logp, "ppo", adv=(-1.0,))
+    torch.testing.assert_close(loss, torch.tensor(1.15))
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, 0.75]]))
+
+
+@pytest.mark.parametrize(
+    "method, grad",
+    [
+        # rho = p / 1 = (0.4, 0.5): clip and ppo both weigh the gradient by p: -A p / 2 tokens
+        ("clip", [-0.2, -0.25]),
+        ("ppo", [-0.2, -0.25]),
+        # shaping: -A gamma p / (p + gamma)^2 / 2 = (-0.08, -0.069444), as for an explorer row
+        ("shaping", [-0.08, -0.05 / 0.36 / 2]),
+    ],
+)
+def test_expert_rows_use_behavior_probability_one(method, grad):
+    # A demonstration (the expert ceiling) has no behaviour policy: its log-probs are 0 (LUFFY's pi_behavior = 1)
+    logp = lp(0.4, 0.5)
+    loss, _ = offpolicy_loss(logp, method, behavior=torch.zeros(1, 2))
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([grad]))
+
+
 def test_onpolicy_rows_unchanged_by_the_flag():
     g = torch.Generator().manual_seed(0)
     logp, old = torch.randn(4, 5, generator=g) * 0.3, torch.randn(4, 5, generator=g) * 0.3

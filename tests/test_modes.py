@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rspo.batch import TARGET, TurnBatch
-from rspo.config import load_config
+from rspo.config import ConfigError, load_config
 from rspo.rewards.modes import MODES
 
 T, E, R = 0, 1, 2
@@ -101,3 +101,73 @@ def test_rspo_after_update_stores_explorer_trajectories_and_syncs():
     untouched = mode("rspo")
     untouched.load_state_dict([None], rank=0, world=1)  # a checkpoint of another mode holds no buffer
     assert len(untouched.buffer) == 0
+
+
+X = 3  # the expert (RSPO's ceiling)
+
+
+def grouped(outcome, process, source, traj, group) -> TurnBatch:
+    b = batch(outcome, process, [True] * len(outcome), source)
+    b.traj_id, b.group_id = torch.tensor(traj), torch.tensor(group)
+    return b
+
+
+# one-turn trajectories: g0 = T lost, E won, X won (a failed group, rescued); g1 = T won, E won, E lost
+JOIN = grouped([0.0, 1.0, 1.0, 1.0, 1.0, 0.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [T, E, X, T, E, E],
+               [0, 1, 2, 3, 4, 5], [0, 0, 0, 1, 1, 1])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "rule, rows",
+    [
+        ("all", [1, 1, 1, 1, 1, 1]),
+        ("successes", [1, 1, 1, 1, 1, 0]),  # g1's losing explorer row stays out
+        ("rescues", [1, 1, 1, 1, 0, 0]),  # and g1's winning one: the target won g1 itself
+    ],
+)
+def test_rspo_join_picks_the_target_rows(rule, rows):
+    data = mode("rspo", f"rspo.join={rule}").learner_data(JOIN, step=0)
+    assert data["target"].rows.tolist() == [bool(r) for r in rows]
+    assert data["target"].offpolicy.tolist() == [False, True, True, False, True, True]  # as before: not the target's
+    assert data["explorer"].rows.tolist() == [False, True, False, False, True, True]  # the expert trains no explorer
+
+
+def test_rspo_explorer_reward_shaped_adds_the_outcome():
+    # shaped: 10 * outcome + 0.5 * 2 * process on the explorer's rows: 10 + 0.2, 10 + 0.5, 0 + 0.6
+    data = mode("rspo", "rspo.explorer_reward=shaped").learner_data(JOIN, step=0)["explorer"]
+    torch.testing.assert_close(data.reward[data.rows], torch.tensor([10.2, 10.5, 0.6]))
+    # process (the default): 2 * process
+    data = mode("rspo").learner_data(JOIN, step=0)["explorer"]
+    torch.testing.assert_close(data.reward[data.rows], torch.tensor([0.4, 1.0, 1.2]))
+
+
+def test_rspo_expert_plays_one_explorer_row_in_a_fraction_of_the_tasks():
+    # 8 tasks, q = 0.25: round(2.0) = 2 tasks get the expert in place of one of their 4 explorer rows
+    m = mode("rspo", "rspo.expert_fraction=0.25", "rollout.num_tasks=8", "rollout.group_size=8")
+    plans = [(p.adapter, p.count, p.source, p.groups) for p in m.plans(0)]
+    assert plans == [
+        ("target", 8, T, None),
+        ("expert", 1, X, (0, 1)),
+        ("explorer", 3, E, (0, 1)),
+        ("explorer", 4, E, (2, 3, 4, 5, 6, 7)),
+    ]
+    assert m.rollouts_per_task == 12  # the pool's size per task is unchanged: 8 + 3 + 1 or 8 + 4
+    assert [(p.adapter, p.count, p.groups) for p in mode("rspo").plans(0)] == [
+        ("target", 4, None),
+        ("explorer", 4, None),
+    ]
+
+
+def test_expert_fraction_needs_rspo():
+    with pytest.raises(ConfigError, match="rspo.expert_fraction"):
+        load_config(None, ["reward.mode=outcome", "rspo.expert_fraction=0.5"])
+
+
+def test_group_swap_uses_the_process_reward_only_where_the_outcome_is_flat():
+    # g0: returns 0, 0 -> flat: 2 * process;  g1: 1, 0 -> the outcome: 10 * outcome (minus 0.1 if invalid)
+    b = grouped([0.0, 0.0, 1.0, 0.0], [0.5, -0.25, 0.3, 0.2], [T, T, T, T], [0, 1, 2, 3], [0, 0, 1, 1])
+    b.valid = torch.tensor([True, True, True, False])
+    m = mode("group_swap")
+    assert list(m.learners) == ["target"] and [p.adapter for p in m.plans(0)] == ["target"]
+    d = m.learner_data(b, step=0)["target"]
+    torch.testing.assert_close(d.reward, torch.tensor([1.0, -0.5, 10.0, -0.1]))

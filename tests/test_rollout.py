@@ -4,12 +4,12 @@ import pytest
 import torch
 from conftest import small_config
 
-from rspo.batch import EXPLORER, TARGET
+from rspo.batch import EXPERT, EXPLORER, TARGET
 from rspo.envs import make_env
 from rspo.envs.pool import EnvPool
 from rspo.policy_io import build_policy
 from rspo.prompts import parse_action
-from rspo.rollout import Plan, collect, generate
+from rspo.rollout import EXPERT_PLAN, Plan, collect, generate
 from rspo.sft import demo_corpus
 
 
@@ -240,3 +240,22 @@ def check_mixed_equals_unmixed(cfg, pool, policy, monkeypatch):
     assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.response_mask, b.response_mask)
     torch.testing.assert_close(b.behavior_logprobs, a.behavior_logprobs, atol=1e-4, rtol=0)
     assert [t.source for t in runs[True].trajectories] == [TARGET, TARGET, EXPLORER, EXPLORER] * 2
+
+
+def test_expert_plan_plays_the_envs_expert_in_its_groups_only(setup):
+    # RSPO's ceiling: the expert plays task 1 only (groups=(1,)); the target plays both tasks
+    cfg, pool, policy = setup
+    torch.manual_seed(2)
+    plans = [Plan("target", 1, TARGET), Plan(EXPERT_PLAN, 1, EXPERT, groups=(1,))]
+    ro = collect(policy, pool, "webshop", [("train", 3), ("train", 7)], plans, cfg.rollout,
+                 temperature=1.0, max_turns=10, progress=False)  # fmt: skip
+    assert [(t.group_id, t.source) for t in ro.trajectories] == [(0, TARGET), (1, TARGET), (1, EXPERT)]
+    expert = ro.trajectories[2]
+    assert expert.won and expert.invalid == 0 and expert.noop == 0  # WebShop's oracle buys the goal's item
+    b = ro.batch
+    rows = b.source == EXPERT
+    assert torch.equal(b.behavior_logprobs[rows], torch.zeros_like(b.behavior_logprobs[rows]))  # probability 1
+    assert bool(b.valid[rows].all()) and int(b.outcome[rows].sum()) == 1
+    first = b.select(rows.nonzero()[0])  # its first turn: the answer written as the prompt asks, the search
+    text = policy.tokenizer.decode(first.input_ids[0, first.prompt_len :][first.response_mask[0].bool()])
+    assert text.startswith("<action>search[") and text.endswith("]</action>")

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from rspo.batch import TurnBatch
 from rspo.rewards.signal import signal_metrics, signal_metrics_loop, trajectories_of
 
-T, E, R = 0, 1, 2
+T, E, R, X = 0, 1, 2, 3  # X: the expert (RSPO's ceiling)
 
 
 def test_hand_built_groups():
@@ -33,6 +33,26 @@ def test_hand_built_groups():
     assert signal_metrics_loop(o.float(), s, g) == want
 
 
+def test_expert_rows_rescue_and_are_counted_apart():
+    # g0: T 0, T 0, X 1        failed, rescued by the expert alone
+    # g1: T 0, E 0, X 1, E 1   failed, rescued (by both)
+    # g2: T 1, X 1             the target won: the expert's win rescues nothing
+    rows = [(0, T, 0), (0, T, 0), (1, X, 0), (0, T, 1), (0, E, 1), (1, X, 1), (1, E, 1), (1, T, 2), (1, X, 2)]
+    o, s, g = (torch.tensor(c) for c in zip(*rows))
+    want = {
+        "rollout/groups_without_signal": 1.0,  # every group's target returns are equal
+        "rspo/groups_rescued": 1.0,  # g0 and g1, the failed groups
+        "rspo/explorer_only_successes": 1.0,  # g1's explorer win
+        "rspo/replay_only_successes": 0.0,
+        "rspo/expert_only_successes": 2.0,  # g0's and g1's (g2's is in a group the target won)
+        "rspo/replayed": 0.0,
+    }
+    assert signal_metrics(o.float(), s, g) == want
+    assert signal_metrics_loop(o.float(), s, g) == want
+    # without expert rows the key is absent, so runs without the ceiling report what they did before
+    assert "rspo/expert_only_successes" not in signal_metrics(o[s != X].float(), s[s != X], g[s != X])
+
+
 def test_target_only_and_no_target():
     # outcome / process modes: only the target samples, so only the first metric exists
     o, s, g = torch.tensor([0.0, 0.0, 1.0, 0.0]), torch.tensor([T, T, T, T]), torch.tensor([0, 0, 1, 1])
@@ -49,7 +69,7 @@ def test_no_failed_group_leaves_rescued_out():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([T, E, R]), st.integers(0, 6)),
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([T, E, R, X]), st.integers(0, 6)),
                 min_size=1, max_size=40))  # fmt: skip
 def test_matches_loop(rows):
     o, s, g = (torch.tensor(c) for c in zip(*rows))

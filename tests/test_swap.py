@@ -14,7 +14,14 @@ from rspo.algorithms import Turns
 from rspo.algorithms.grpo import grpo_advantages
 from rspo.config import load_config
 from rspo.rewards.modes import Rspo
-from rspo.rewards.swap import swap_rewards, swap_rewards_loop
+from rspo.rewards.swap import (
+    flat_groups,
+    flat_groups_loop,
+    joining_rows,
+    joining_rows_loop,
+    swap_rewards,
+    swap_rewards_loop,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_swap import CONFIG, loop_reference, make_batch, trainer_path  # noqa: E402  (the benchmark's own path)
@@ -163,3 +170,68 @@ def test_swap_rewards_matches_loop():
     source = torch.randint(0, 3, (200,), generator=g)
     for got, want in zip(swap_rewards(outcome, process, source), swap_rewards_loop(outcome, process, source)):
         assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------- rspo.join and the per-group swap
+
+X = 3  # the expert (RSPO's ceiling)
+
+
+def test_joining_rows_hand_example():
+    # Two-turn trajectories (outcome on the last turn); rows listed by trajectory:
+    #   traj 0 T g0 lost | traj 1 E g0 won | traj 2 X g0 won | traj 3 T g1 won | traj 4 E g1 won | traj 5 R g1 lost
+    # g0: the target never won, so traj 1 and 2 are rescues; g1: the target won, traj 4 is a success, no rescue
+    outcome = torch.tensor([0.0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0])
+    traj = torch.arange(6).repeat_interleave(2)
+    source = torch.tensor([T, E, X, T, E, R]).repeat_interleave(2)
+    group = torch.tensor([0, 0, 0, 1, 1, 1]).repeat_interleave(2)
+    want = {  # per trajectory: whether it trains the target
+        "all": [1, 1, 1, 1, 1, 1],
+        "successes": [1, 1, 1, 1, 1, 0],  # target rows always; the replayed loss drops out
+        "rescues": [1, 1, 1, 1, 0, 0],  # g1's explorer win joins no more: the target won g1 itself
+    }
+    for rule, per_traj in want.items():
+        expected = torch.tensor(per_traj, dtype=torch.bool).repeat_interleave(2)
+        assert torch.equal(joining_rows(outcome, source, traj, group, rule), expected), rule
+        assert torch.equal(joining_rows_loop(outcome, source, traj, group, rule), expected), rule
+    with pytest.raises(ValueError, match="rspo.join"):
+        joining_rows(outcome, source, traj, group, "some")
+
+
+def random_groups(seed: int, n: int = 120):
+    """Random per-turn rows: trajectories of 1-4 turns in 6 groups, outcome 0/0.5/1 on any turn."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 5, (n // 2,), generator=g)
+    traj = torch.arange(len(lengths)).repeat_interleave(lengths)
+    group = torch.randint(0, 6, (len(lengths),), generator=g)[traj]
+    source = torch.randint(0, 4, (len(lengths),), generator=g)[traj]
+    outcome = torch.tensor([0.0, 0.5, 1.0])[torch.randint(0, 3, (len(traj),), generator=g)]
+    outcome = outcome * (torch.rand(len(traj), generator=g) < 0.3)
+    return outcome, source, traj, group
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("rule", ["all", "successes", "rescues"])
+def test_joining_rows_matches_loop(seed, rule):
+    outcome, source, traj, group = random_groups(seed)
+    assert torch.equal(
+        joining_rows(outcome, source, traj, group, rule), joining_rows_loop(outcome, source, traj, group, rule)
+    )
+
+
+def test_flat_groups_hand_example():
+    # g0: returns 0, 0 (flat);  g1: 1, 0 (signal);  g2: 1, 1 (flat, all won);  g3: one trajectory (flat)
+    outcome = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    traj = torch.tensor([0, 1, 2, 3, 4, 5, 6])
+    group = torch.tensor([0, 0, 1, 1, 2, 2, 3])
+    want = torch.tensor([True, True, False, False, True, True, True])
+    assert torch.equal(flat_groups(outcome, traj, group), want)
+    assert torch.equal(flat_groups_loop(outcome, traj, group), want)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_flat_groups_matches_loop(seed):
+    outcome, _, traj, group = random_groups(seed)
+    keep = traj % 3 != 1  # ids with gaps (a selected view) are fine
+    outcome, traj, group = outcome[keep], traj[keep], group[keep]
+    assert torch.equal(flat_groups(outcome, traj, group), flat_groups_loop(outcome, traj, group))

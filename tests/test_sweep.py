@@ -302,3 +302,22 @@ def test_env_step_budget_must_be_a_positive_integer(warm_model, tmp_path):
         with pytest.raises(ConfigError, match="env_step_budget must be a positive integer"):
             load_experiment(write_experiment(tmp_path, warm_model, env_step_budget=bad))
     assert load_experiment(write_experiment(tmp_path, warm_model, env_step_budget=27_000)).env_step_budget == 27_000
+
+
+def test_named_arms_expand_into_their_keys_and_name_the_runs(warm_model, tmp_path):
+    arms = {"outcome": {"reward.mode": "outcome"},
+            "ceiling": {"reward.mode": "rspo", "rspo.expert_fraction": 0.5, "rspo.join": "rescues"}}  # fmt: skip
+    path = write_experiment(tmp_path, warm_model, arms=arms, grid={"train.seed": [0], "arm": ["outcome", "ceiling"]})
+    specs = runs(load_experiment(path))
+    assert [s.name for s in specs] == ["outcome-s0", "ceiling-s0"]  # grid keys in the file's order (sorted here)
+    ceiling = load_config(None, specs[1].overrides)
+    assert (ceiling.reward.mode, ceiling.rspo.expert_fraction, ceiling.rspo.join) == ("rspo", 0.5, "rescues")
+    assert specs[1].overrides[-4:] == [
+        "reward.mode=rspo",
+        "rspo.expert_fraction=0.5",
+        "rspo.join=rescues",
+        "train.seed=0",
+    ]
+    bad = write_experiment(tmp_path, warm_model, arms=arms, grid={"arm": ["outcome", "ceil"]})
+    with pytest.raises(ConfigError, match="grid.arm 'ceil' is not under arms"):
+        load_experiment(bad)

@@ -208,3 +208,28 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(warm_model, tmp_path
                 torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
     finally:
         run.pool.close()
+
+
+def test_rspo_expert_ceiling_trains_the_target_on_the_experts_rows(warm_model, tmp_path):
+    # One step with the expert in every task (q = 1): its wins join the target's groups,
+    # off-policy, and are counted apart; the explorer trains on its own rows only.
+    cfg = small_config(
+        f"model.init_from={warm_model}",
+        f"train.output_dir={tmp_path}",
+        "reward.mode=rspo",
+        "rspo.explorer_rollouts=2",
+        "rspo.expert_fraction=1.0",
+        "rspo.offpolicy=ppo",
+        "rollout.max_turns=8",
+    )
+    torch.manual_seed(0)
+    run = setup(cfg)
+    try:
+        target = snapshot(run.policy, "target")
+        m = rl_step(run)
+        assert m["expert/rollout/success_rate"] == 1.0  # WebShop's oracle buys the goal's item in 8 turns
+        assert m["offpolicy/token_frac"] > 0 and math.isfinite(m["offpolicy/weight_std"])
+        assert "rspo/expert_only_successes" in m and "explorer/loss/policy" in m
+        assert not all(torch.equal(a, b) for a, b in zip(target, snapshot(run.policy, "target")))
+    finally:
+        run.pool.close()

@@ -15,8 +15,9 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-# `source` values: who sampled a trajectory.
-TARGET, EXPLORER, REPLAY = 0, 1, 2
+# `source` values: who sampled a trajectory. EXPERT: the env's expert played it (RSPO's
+# ceiling, `rspo.expert_fraction`); it has no behaviour log-probs (stored as 0: probability 1).
+TARGET, EXPLORER, REPLAY, EXPERT = 0, 1, 2, 3
 
 
 @dataclass
@@ -33,7 +34,7 @@ class TurnBatch:
     process: Tensor  # (N,) float: dense process reward received at this turn
     valid: Tensor  # (N,) bool: the response held a well-formed action
     anchor: Tensor  # (N,) long: deterministic hash of the raw observation before the turn
-    source: Tensor  # (N,) long: TARGET (0), EXPLORER (1) or REPLAY (2)
+    source: Tensor  # (N,) long: TARGET (0), EXPLORER (1), REPLAY (2) or EXPERT (3)
     task_index: Tensor  # (N,) long: the task's index in its split (replay buffer key)
 
     @property

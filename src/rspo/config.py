@@ -185,9 +185,16 @@ class RspoConfig:
     buffer_staleness: int = 4  # drop trajectories older than this many policy versions
     replay_per_task: int = 2  # R: replayed trajectories joining a task's target group
     buffer_successes_only: bool = True
-    offpolicy: str = "clip"
-    offpolicy_clip: float = 2.0  # `clip`: upper bound of the importance ratio
+    offpolicy: str = "clip"  # the target's correction for rows it did not sample (rspo.algorithms.offpolicy)
+    offpolicy_clip: float = 2.0  # `clip`, `positive_only`: upper bound of the importance ratio
     shaping_gamma: float = 0.1  # `shaping`: f(p) = p / (p + gamma)
+    # which explorer / replayed / expert trajectories join the target's task groups: all |
+    # successes (won) | rescues (won, in a group where no target trajectory won)
+    join: str = "all"
+    explorer_reward: str = "process"  # process | shaped (reward.outcome_scale * outcome + shaped_coef * process)
+    # the ceiling: in this fraction of each iteration's tasks, one explorer row is played by the
+    # env's expert (ALFWorld's planner, WebShop's shopper), behaviour probability 1 (LUFFY)
+    expert_fraction: float = 0.0
 
 
 @dataclass
@@ -263,8 +270,10 @@ CHOICES: dict[str, list[str]] = {
     "rollout.behavior_logprobs": ["forward", "sampler"],
     "algo.norm": ["mean_std", "mean"],
     "algo.loss_agg": ["token_mean", "trajectory_mean"],
-    "reward.mode": ["outcome", "process", "shaped", "rspo"],
-    "rspo.offpolicy": ["clip", "shaping", "positive_only"],
+    "reward.mode": ["outcome", "process", "shaped", "rspo", "group_swap"],
+    "rspo.offpolicy": ["clip", "shaping", "positive_only", "ppo"],
+    "rspo.join": ["all", "successes", "rescues"],
+    "rspo.explorer_reward": ["process", "shaped"],
     "env.alfworld.task_types": ALFWORLD_TASK_TYPES,
 }
 
@@ -365,6 +374,13 @@ def _validate(cfg: Config) -> None:
         raise ConfigError(
             f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}"
         )
+    if cfg.rspo.expert_fraction > 0 and cfg.reward.mode != "rspo":
+        raise ConfigError(
+            f"rspo.expert_fraction: the expert plays explorer rows, which only reward.mode=rspo has "
+            f"(got reward.mode={cfg.reward.mode}); set it 0"
+        )
+    if cfg.rspo.expert_fraction > 0 and cfg.env.name == "webshop" and cfg.env.webshop.backend == "real":
+        raise ConfigError("rspo.expert_fraction: the real WebShop backend has no expert; set it 0")
     if cfg.rollout.mixed_adapters and not cfg.model.lora.enabled:
         raise ConfigError("rollout.mixed_adapters: needs LoRA adapters (model.lora.enabled=true); set it false")
 

@@ -80,6 +80,7 @@ RANGES: dict[str, str] = {
     "rspo.replay_per_task": ">= 0",
     "rspo.offpolicy_clip": "> 0",
     "rspo.shaping_gamma": "> 0",
+    "rspo.expert_fraction": "[0, 1]",
     "sft.episodes": ">= 0",  # 0 = no warm start
     "sft.epochs": ">= 1",
     "sft.lr": "> 0",

@@ -12,6 +12,32 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+# Per-iteration metrics every run keeps in its eval_summary.json (`trace`), with the words
+# of the sweep's mechanism table and plot (`rspo.results`): training success of each
+# policy, where the target's outcome signal came from (`rspo.rewards.signal`), and what the
+# update cost the target (its size, its sampled tokens' -log p, the off-policy rows' share
+# and importance weights).
+TRACE = {
+    "rollout/success_rate": "target's training success",
+    "explorer/rollout/success_rate": "explorer's training success",
+    "rollout/process_positive": "target trajectories with a positive process return",
+    "rollout/groups_without_signal": "target groups without outcome signal",
+    "rspo/groups_rescued": "failed target groups rescued by explorer or replay",  # or the expert's rows
+    "rspo/explorer_only_successes": "explorer successes where the target had none (per iteration)",
+    "rspo/replay_only_successes": "replayed successes where the target had none (per iteration)",
+    "rspo/replayed": "replayed trajectories joining the target's groups (per iteration)",
+    "policy/approx_kl": "target's update size: approximate KL from its rollout policy, on its own rows",
+    "rspo/expert_only_successes": "expert successes where the target had none (per iteration)",
+    "policy/sampled_nll": "target's sampled tokens' mean -log p (its own rows)",
+    "loss/grad_norm": "target's gradient norm before clipping",
+    "offpolicy/token_frac": "share of the target's training tokens sampled by another policy",
+    "offpolicy/weight_mean": "off-policy tokens' importance weight, mean",
+    "offpolicy/weight_std": "off-policy tokens' importance weight, spread (std)",
+    "rollout/noop_rate": "target's turns the env did not apply",
+    "explorer/rollout/invalid_action_rate": "explorer's turns with no well-formed action",
+    "explorer/rollout/noop_rate": "explorer's turns the env did not apply",
+}
+
 
 class Logger:
     """Writes on the main process only; the other ranks get a logger that does nothing."""

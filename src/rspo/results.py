@@ -22,24 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from rspo.config import load_config, to_dict
-from rspo.log import write_json
+from rspo.log import TRACE, write_json
 from rspo.stats import bootstrap_diff, bootstrap_mean, fmt_interval
 
 BASELINE = "outcome"
 RUN_KEYS = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "warm_start", "config", "env_steps",
             "before", "after", "difference", "curve", "before_tasks", "after_tasks", "trace")  # fmt: skip
-# (trace key, words) of the mechanism table and plot
-MECHANISM = (
-    ("rollout/success_rate", "target's training success"),
-    ("explorer/rollout/success_rate", "explorer's training success"),
-    ("rollout/process_positive", "target trajectories with a positive process return"),
-    ("rollout/groups_without_signal", "target groups without outcome signal"),
-    ("rspo/groups_rescued", "failed target groups rescued by explorer or replay"),
-    ("rspo/explorer_only_successes", "explorer successes where the target had none (per iteration)"),
-    ("rspo/replay_only_successes", "replayed successes where the target had none (per iteration)"),
-    ("rspo/replayed", "replayed trajectories joining the target's groups (per iteration)"),
-    ("policy/approx_kl", "target's update size: approximate KL from its rollout policy, on its own rows"),
-)
+# (trace key, words) of the mechanism table and plot: the run's trace (`rspo.log.TRACE`)
+MECHANISM = tuple(TRACE.items())
 
 
 def load_runs(exp) -> list[dict]:
@@ -59,7 +49,8 @@ def load_runs(exp) -> list[dict]:
         summary = json.loads((d / "eval_summary.json").read_text())
         cfg = meta.get("config") or to_dict(load_config(exp.base, spec.overrides))
         out.append({"name": spec.name, "values": spec.values, "env": cfg["env"]["name"],
-                    "algo": cfg["algo"]["name"], "mode": cfg["reward"]["mode"], "seed": cfg["train"]["seed"],
+                    "algo": cfg["algo"]["name"], "mode": spec.values.get("arm", cfg["reward"]["mode"]),
+                    "seed": cfg["train"]["seed"],
                     "commit": meta.get("commit", "unknown"), "wall_s": meta.get("wall_s"),
                     "warm_start": meta.get("warm_start"), "config": cfg, **summary})  # fmt: skip
     return out
@@ -347,7 +338,8 @@ def plot_mechanism(all_runs: list[dict], out_dir: Path, window: int = 5) -> list
     plt = _pyplot()
     if plt is None:
         return []
-    panels = [MECHANISM[i] for i in (0, 3, 4, 5)]  # success, no-signal groups, rescued, explorer-only successes
+    keys = ["rollout/success_rate", "rollout/groups_without_signal", "rspo/groups_rescued"]
+    panels = [(key, TRACE[key]) for key in [*keys, "rspo/explorer_only_successes"]]
     paths = []
     for env, algo, group, _, _, modes in _by_algo([r for r in all_runs if r.get("trace")], None):
         fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), squeeze=False)

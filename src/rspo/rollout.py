@@ -8,7 +8,8 @@ every task with the same env seed; the trajectories of one task form one group. 
      similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
      chunks of 8), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
      every policy's envs share the passes instead, each row with its own adapter;
-  3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
+  3. behavior log-probs of the sampled tokens come from a forward pass over the same ids
+     (an `EXPERT_PLAN` slot runs no model: the env's expert answers, log-probs 0);
   4. the parsed actions go to the env pool, which steps all envs in parallel. An env that
      fails (raises, hangs or its worker dies) ends its trajectory as failed, with the
      reason in `Trajectory.fault`.
@@ -27,18 +28,27 @@ from tqdm import tqdm
 
 from rspo.batch import TurnBatch
 from rspo.envs.base import EnvState
-from rspo.prompts import Turn, add_history, parse_action, render_prompt
+from rspo.prompts import Turn, add_history, format_response, parse_action, render_prompt
 
 STOP = "</action>"
 
 
+EXPERT_PLAN = "expert"  # a Plan's adapter when the env's expert plays instead of a policy
+
+
 @dataclass
 class Plan:
-    """One policy's share of a rollout: `count` trajectories per task, sampled by `adapter`."""
+    """One policy's share of a rollout: `count` trajectories per task, sampled by `adapter`
+    (`EXPERT_PLAN`: the env's expert acts, its answers written as the prompt asks; no model
+    runs and the behaviour log-probs are 0), in every task or only in those at `groups`."""
 
     adapter: str
     count: int
-    source: int  # TARGET / EXPLORER (batch.py)
+    source: int  # TARGET / EXPLORER / EXPERT (batch.py)
+    groups: tuple[int, ...] | None = None  # positions in `tasks` it plays; None: every task
+
+    def plays(self, group: int) -> bool:
+        return self.groups is None or group in self.groups
 
 
 @dataclass
@@ -174,7 +184,7 @@ class _Slot:
 def _new_slots(plans: list[Plan], tasks: list[tuple[str, int]], states: list[EnvState]) -> list[_Slot]:
     slots = []
     for group, (split, index) in enumerate(tasks):
-        for plan in plans:
+        for plan in filter(lambda p: p.plays(group), plans):
             for _ in range(plan.count):
                 state = states[len(slots)]
                 traj = Trajectory(group, len(slots), plan.source, split, index, state.task, state.task_type)
@@ -200,8 +210,8 @@ def collect(
     `cfg` is the `RolloutConfig`; `max_turns` caps the episode (the env's cap otherwise).
     `pool` must hold at least `len(tasks) * sum(p.count for p in plans)` envs.
     """
-    n = len(tasks) * sum(p.count for p in plans)
-    env_tasks = [t for t in tasks for p in plans for _ in range(p.count)]
+    env_tasks = [t for g, t in enumerate(tasks) for p in plans if p.plays(g) for _ in range(p.count)]
+    n = len(env_tasks)
     t0 = time.perf_counter()
     states = pool.reset(env_tasks + [None] * (pool.num_envs - n))[:n]
     timing = {"generate": 0.0, "reset": time.perf_counter() - t0, "env": 0.0, "tokens": 0.0, "env_steps": 0.0}
@@ -214,10 +224,13 @@ def collect(
             break
         actions: list[str | None] = [None] * pool.num_envs
         t0 = time.perf_counter()
-        adapters = list(dict.fromkeys(slots[i].adapter for i in active))
+        if experts := [i for i in active if slots[i].adapter == EXPERT_PLAN]:  # no model: the env's expert
+            rows += _expert_turns(policy.tokenizer, pool, env_name, slots, experts, turn, actions, cfg)
+        active_models = [i for i in active if slots[i].adapter != EXPERT_PLAN]
+        adapters = list(dict.fromkeys(slots[i].adapter for i in active_models))
         mixed = cfg.mixed_adapters and len(adapters) > 1  # one pass for every policy's rows
         for adapter in [None] if mixed else adapters:
-            ids = [i for i in active if mixed or slots[i].adapter == adapter]
+            ids = [i for i in active_models if mixed or slots[i].adapter == adapter]
             prompts = [_prompt(policy.tokenizer, env_name, slots[i], cfg) for i in ids]
             order = sorted(range(len(ids)), key=lambda k: len(prompts[k]))  # similar lengths share a chunk
             ids, prompts = [ids[k] for k in order], [prompts[k] for k in order]
@@ -260,6 +273,23 @@ def collect(
         bar.update(1)
     bar.close()
     return Rollout(_assemble(rows, slots, policy.tokenizer.pad_token_id), [s.traj for s in slots], timing)
+
+
+def _expert_turns(tokenizer, pool, env_name: str, slots, ids: list[int], turn: int, actions: list, cfg) -> list[dict]:
+    """One turn of the expert's slots `ids`: its actions (written into `actions`) as rows
+    shaped like a policy's, the answer in the prompt's format (`format_response`, as the warm
+    start's demonstrations), behaviour log-probs 0 (no behaviour policy: probability 1)."""
+    said = pool.expert_actions([i in ids for i in range(pool.num_envs)])
+    rows = []
+    for i in ids:
+        text = format_response(said[i], cfg.require_think)
+        response = tokenizer(text, add_special_tokens=False)["input_ids"]
+        actions[i], valid = parse_action(text)
+        prompt = _prompt(tokenizer, env_name, slots[i], cfg)
+        anchor = anchor_key(slots[i].state.observation)
+        rows.append(dict(slot=i, turn=turn, prompt=prompt, response=response, logprobs=[0.0] * len(response),
+                         valid=valid, anchor=anchor, text=text))  # fmt: skip
+    return rows
 
 
 def _prompt(tokenizer, env_name: str, slot: _Slot, cfg) -> list[int]:

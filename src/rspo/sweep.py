@@ -15,6 +15,14 @@ An experiment file names a base run config, a grid of dotted keys, and where thi
       reward.mode: [outcome, process, rspo]
       train.seed: [0, 1, 2]
 
+Arms that differ in more than one key are named under `arms` and listed by the grid's
+`arm` key; the reports compare them by that name (the baseline arm is named `outcome`):
+
+    arms:
+      outcome: {reward.mode: outcome}
+      ceiling: {reward.mode: rspo, rspo.expert_fraction: 0.25}
+    grid: {arm: [outcome, ceiling], train.seed: [0, 1]}
+
 Runs that share everything the warm start depends on (model, env, sft, rollout, seed; not what only RL reads)
 share one SFT warm start, so the arms of a comparison start from the same weights; each
 run records the sha256 of the weights it started from (`warm_start` in results.json), so
@@ -48,7 +56,7 @@ from rspo.config import ConfigError, load_config, to_dict
 from rspo.log import write_json
 from rspo.results import write_results
 
-KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "env_step_budget", "overrides", "grid"}
+KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "env_step_budget", "overrides", "arms", "grid"}
 WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
 # settings inside those sections that only change how RL batches its passes, not what SFT
 # learns: they stay out of the key, so adding or flipping one keeps existing warm starts
@@ -70,6 +78,7 @@ class Experiment:
     launcher: str = ""
     env_step_budget: int | None = None  # None: the smallest env-step total of each algorithm's runs
     overrides: dict = dataclasses.field(default_factory=dict)
+    arms: dict = dataclasses.field(default_factory=dict)  # name -> {dotted key: value}, for the grid's `arm`
     grid: dict = dataclasses.field(default_factory=dict)
 
 
@@ -99,6 +108,13 @@ def load_experiment(path: str | Path) -> Experiment:
     exp = Experiment(**data)
     if not isinstance(exp.grid, dict) or not all(isinstance(v, list) and v for v in exp.grid.values()):
         raise ConfigError(f"experiment file {path}: grid must map dotted keys to non-empty lists")
+    if exp.arms or "arm" in exp.grid:
+        if not isinstance(exp.arms, dict) or not all(isinstance(v, dict) for v in exp.arms.values()):
+            raise ConfigError(f"experiment file {path}: arms must map names to mappings of dotted keys")
+        unknown_arms = [a for a in exp.grid.get("arm", [None]) if a not in exp.arms]
+        if unknown_arms:
+            raise ConfigError(f"experiment file {path}: grid.arm {unknown_arms[0]!r} is not under arms "
+                              f"(arms: {', '.join(map(str, exp.arms)) or 'none'})")  # fmt: skip
     budget = exp.env_step_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
         raise ConfigError(f"experiment file {path}: env_step_budget must be a positive integer, got {budget!r}")
@@ -118,8 +134,12 @@ def runs(exp: Experiment) -> list[RunSpec]:
     for combo in itertools.product(*(exp.grid[k] for k in keys)):
         values = dict(zip(keys, combo))
         name = "-".join(_label(k, v) for k, v in values.items()) or "run"
-        common = [f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in exp.overrides.items()]
-        out.append(RunSpec(name, values, common + [f"{k}={v}" for k, v in values.items()]))
+        chosen = [(k, v) for key, value in values.items()
+                  for k, v in (exp.arms[value].items() if key == "arm" else [(key, value)])]  # fmt: skip
+        dotted = [
+            f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}" for k, v in [*exp.overrides.items(), *chosen]
+        ]
+        out.append(RunSpec(name, values, dotted))
     return out
 
 

@@ -22,10 +22,10 @@ from accelerate.utils import DistributedDataParallelKwargs, DistributedType, gat
 
 from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS
-from rspo.batch import EXPLORER, TARGET
+from rspo.batch import EXPERT, EXPLORER, TARGET
 from rspo.config import Config, ConfigError, dump
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
-from rspo.log import Logger, RunProgress, format_transcript, write_json
+from rspo.log import TRACE, Logger, RunProgress, format_transcript, write_json
 from rspo.multinode import checked_everywhere, main_decides, share_dir
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
@@ -40,20 +40,6 @@ CONSOLE_KEYS = [
     "explorer/rollout/success_rate",
     "perf/step_s",
 ]
-# Per-iteration metrics kept in the run's eval_summary.json (`trace`), for the sweep's
-# mechanism table and plot: training success of both policies, where the learning signal
-# came from, and how far each update moved the target (policy/approx_kl).
-TRACE_KEYS = (
-    "rollout/success_rate",
-    "explorer/rollout/success_rate",
-    "rollout/process_positive",
-    "rollout/groups_without_signal",
-    "rspo/groups_rescued",
-    "rspo/explorer_only_successes",
-    "rspo/replay_only_successes",
-    "rspo/replayed",
-    "policy/approx_kl",
-)
 
 
 @dataclass
@@ -74,7 +60,7 @@ class Run:
     curve: list = dataclasses.field(default_factory=list)  # {"step", "env_steps", metrics} at each eval
     # the eval before RL: metrics and per-task records (kept for a resumed run)
     before: tuple = dataclasses.field(default_factory=lambda: ({}, []))
-    trace: list = dataclasses.field(default_factory=list)  # {"step", "env_steps", TRACE_KEYS} every iteration
+    trace: list = dataclasses.field(default_factory=list)  # {"step", "env_steps", TRACE's keys} every iteration
 
 
 def setup(cfg: Config) -> Run:
@@ -190,9 +176,10 @@ def rl_step(run: Run) -> dict[str, float]:
 
 
 def rollout_metrics(ro, cfg: Config) -> dict[str, float]:
-    """`rollout/…` for the target's trajectories, `explorer/rollout/…` for the explorer's."""
+    """`rollout/…` for the target's trajectories, `explorer/rollout/…` for the explorer's,
+    `expert/rollout/…` for the expert's (RSPO's ceiling)."""
     out = {}
-    for prefix, source in (("rollout/", TARGET), ("explorer/rollout/", EXPLORER)):
+    for prefix, source in (("rollout/", TARGET), ("explorer/rollout/", EXPLORER), ("expert/rollout/", EXPERT)):
         trajs = [t for t in ro.trajectories if t.source == source]
         if not trajs:
             continue
@@ -289,7 +276,7 @@ def train(cfg: Config) -> dict:
             bar.update(run.step, len(run.curve))  # run.curve: a point per eval
             metrics = rl_step(run)  # NaN/inf updates are skipped, too many in a row raise (rspo.update)
             history.append(metrics)
-            run.trace.append({"step": run.step, "env_steps": run.env_steps} | pick(metrics, TRACE_KEYS))
+            run.trace.append({"step": run.step, "env_steps": run.env_steps} | pick(metrics, TRACE))
             run.logger.scalars(metrics, run.step)
             run.logger.console(run.step + 1, cfg.train.steps, metrics, CONSOLE_KEYS)
             run.step += 1

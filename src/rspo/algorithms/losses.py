@@ -111,6 +111,7 @@ def policy_loss(
             method=offpolicy_method,
             clip=offpolicy_clip,
             shaping_gamma=shaping_gamma,
+            clip_ratio=clip_ratio,
         )
         loss_tok = torch.where(off_rows, off_tok, loss_tok)
         on_mask = mask * (~off_rows).to(mask.dtype)
@@ -131,6 +132,8 @@ def policy_loss(
             tokens = mask > 0  # (N, R) counted, whatever weight `mask` carries (trajectory_mean)
             metrics["offpolicy/token_frac"] = (tokens & off_rows).sum() / tokens.sum().clamp(min=1)
             metrics["offpolicy/weight_mean"] = masked_mean(weight, off_mask)
+            metrics["offpolicy/weight_std"] = masked_mean((weight - metrics["offpolicy/weight_mean"]).square(),
+                                                          off_mask).sqrt()  # fmt: skip
             metrics["offpolicy/ratio_mean"] = masked_mean(ratio, off_mask)
             metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy_clip).float(), off_mask)
     return loss, metrics

@@ -31,6 +31,18 @@ Notation (per token; N rows, R response tokens)
   positive_only  the `clip` loss on rows with A > 0, zero loss on rows with A <= 0
                  (self-imitation, Oh et al. 2018: learn only from better-than-expected
                  off-policy trajectories). Zeroed rows stay in the token-mean denominator.
+  ppo            PPO's clipped surrogate with the behavior policy as the old policy, a
+                 trust region on both signs of A:
+                   loss = max(-A rho, -A clip(rho, 1 - eps, 1 + eps)),  eps = algo.clip_ratio
+                 The gradient stops once rho leaves the interval in the direction A pushes
+                 it: a token the target already likes less than the explorer did (rho <
+                 1 - eps) is not pushed further down by A < 0, nor one it likes more
+                 (rho > 1 + eps) further up by A > 0. (`clip` bounds only rho's size.)
+
+Demonstrations (RSPO's expert ceiling, `rspo.expert_fraction`) have no behavior policy;
+their log-probs are recorded as 0, as LUFFY sets pi_behavior = 1, so rho = p = pi_theta:
+`clip` then weighs each token by p (gradient A grad p), `shaping` by f(p) as LUFFY does,
+and `ppo` as `clip` where A > 0 (rho = p <= 1 never reaches 1 + eps).
 
 All functions are pure and per token; `rspo.algorithms.losses.policy_loss` aggregates.
 """
@@ -62,6 +74,7 @@ def offpolicy_token_loss(
     method: str = "clip",
     clip: float = 2.0,
     shaping_gamma: float = 0.1,
+    clip_ratio: float = 0.2,
 ) -> tuple[Tensor, Tensor]:
     """Per-token off-policy loss -> (loss (N, R), weight (N, R) detached, for metrics).
 
@@ -76,6 +89,10 @@ def offpolicy_token_loss(
         w = p / (p + shaping_gamma)  # f(p)
     elif method == "positive_only":
         w = truncated_is_weight(logprobs, behavior_logprobs, clip) * (adv > 0).to(logprobs.dtype)
+    elif method == "ppo":
+        rho = torch.exp((logprobs - behavior_logprobs).clamp(-20, 20))  # (N, R)
+        clipped = rho.clamp(1 - clip_ratio, 1 + clip_ratio).detach()  # no gradient outside the interval
+        w = torch.where(-adv * rho >= -adv * clipped, rho, clipped)  # PPO's max(), as a weight on -A
     else:
         raise ValueError(f"offpolicy method must be one of {METHODS}, got {method!r}")
     return -w * adv, w.detach()

@@ -19,21 +19,29 @@ order `rspo.train` makes them:
 
 Rows and rewards. Notation: N turns; every tensor below is (N,).
 
-  mode      learner    rows               reward r_t
-  outcome   target     target             c_o * outcome_t
-  process   target     target             c_p * process_t
-  shaped    target     target             c_o * outcome_t + lambda * c_p * process_t
-  rspo      target     every row (swap)   c_o * outcome_t       (explorer and replayed rows:
-                                                                 rewards swapped to the outcome)
-            explorer   explorer (src 1)   c_p * process_t
+  mode        learner    rows               reward r_t
+  outcome     target     target             c_o * outcome_t
+  process     target     target             c_p * process_t
+  shaped      target     target             c_o * outcome_t + lambda * c_p * process_t
+  group_swap  target     target             c_p * process_t  in groups without outcome signal,
+                                            c_o * outcome_t  elsewhere
+  rspo        target     target + joining   c_o * outcome_t       (explorer, replayed, expert rows:
+                         rows (swap)                             rewards swapped to the outcome)
+              explorer   explorer (src 1)   c_p * process_t       (`rspo.explorer_reward=shaped`:
+                                                                 c_o * outcome_t + lambda * c_p * process_t)
 
 Every learner's reward also carries the invalid-action penalty: r_t -= penalty on turns
 whose response held no well-formed action. c_o = `reward.outcome_scale`,
 c_p = `reward.process_scale`, lambda = `reward.shaped_coef`.
 
+"Joining rows" (`rspo.join`): which explorer, replayed and expert trajectories join the
+target's groups: all, successes only, or rescues only (`rspo.rewards.swap.joining_rows`).
+
 RSPO lives in three files: this one (its mode, `Rspo`), `rspo.rewards.swap` (the swap)
 and `rspo.rewards.buffer` (the replay buffer). rspo's own choices where the paper is
-silent (the explorer's warm-up, the sync) are `Rspo`'s.
+silent (the explorer's warm-up, the sync, which rows join, the expert ceiling) are `Rspo`'s.
+`GroupSwap` is the other reading of "reward swap": no explorer, the process reward where
+the outcome carries no signal.
 """
 
 from __future__ import annotations
@@ -43,11 +51,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from rspo.batch import EXPLORER, REPLAY, TARGET, TurnBatch, cat
+from rspo.batch import EXPERT, EXPLORER, REPLAY, TARGET, TurnBatch, cat
 from rspo.config import Config
 from rspo.rewards.buffer import ReplayBuffer, resume_state
-from rspo.rewards.swap import swap_rewards
-from rspo.rollout import Plan
+from rspo.rewards.swap import flat_groups, joining_rows, swap_rewards
+from rspo.rollout import EXPERT_PLAN, Plan
 
 
 @dataclass
@@ -122,6 +130,21 @@ class Shaped(RewardMode):
         return self.c_o * batch.outcome + self.lam * self.c_p * batch.process
 
 
+class GroupSwap(RewardMode):
+    """The per-group swap: in a task group whose outcome returns are all equal (no outcome
+    signal: all failed, or all won) the process reward takes the outcome's place; every other
+    group trains on the outcome (`rspo.rewards.swap.flat_groups`). No explorer.
+
+    Scale: ALFWorld's and WebShop's potentials reach 1 exactly at the win, so with
+    `reward.process_scale` = `reward.outcome_scale` a trajectory from no progress to the win
+    earns as much in either channel; the process channel's group advantages are then as
+    large as the progress differences within the group (at most a win's)."""
+
+    def reward(self, batch: TurnBatch) -> Tensor:
+        flat = flat_groups(batch.outcome, batch.traj_id, batch.group_id)  # (N,)
+        return torch.where(flat, self.c_p * batch.process, self.c_o * batch.outcome)
+
+
 class Rspo(RewardMode):
     """RSPO: the explorer learns from the process reward on its own rollouts; its
     trajectories, rewards swapped back to the outcome, join the target's task groups, this
@@ -129,7 +152,17 @@ class Rspo(RewardMode):
 
     rspo's own choices: the explorer alone samples and trains for the first
     `rspo.explorer_warmup_steps` iterations; every `rspo.sync_every` iterations (0: never)
-    the explorer's weights are copied into the target after the update.
+    the explorer's weights are copied into the target after the update; `rspo.join` says
+    which non-target trajectories join the target's groups; `rspo.explorer_reward` is the
+    explorer's reward (process, or shaped: outcome + lambda * process).
+
+    The ceiling (`rspo.expert_fraction` = q > 0): in the first round(q * B) of the
+    iteration's B tasks (drawn at random, so a random subset), the env's expert plays one
+    of the E explorer rows (source EXPERT). It joins the target's group as an explorer row
+    does, rewards swapped to the outcome, marked off-policy; it trains neither the explorer
+    nor enters the buffer. It has no behaviour probability: its log-probs are recorded as 0
+    (probability 1), as LUFFY (Yan et al. 2025, arXiv 2504.14945) sets pi_behavior = 1 for
+    demonstrations, so the off-policy ratio is pi_theta itself (`rspo.algorithms.offpolicy`).
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -137,6 +170,8 @@ class Rspo(RewardMode):
         r = cfg.rspo
         self.explorer_rollouts, self.replay_per_task = r.explorer_rollouts, r.replay_per_task
         self.warmup_steps, self.sync_every = r.explorer_warmup_steps, r.sync_every
+        self.join, self.explorer_shaped = r.join, r.explorer_reward == "shaped"
+        self.num_tasks, self.expert_tasks = cfg.rollout.num_tasks, round(r.expert_fraction * cfg.rollout.num_tasks)
         self.buffer = ReplayBuffer(r.buffer_size, r.buffer_staleness, r.buffer_successes_only)
         self.learners = {"target": cfg.train.lr, "explorer": r.explorer_lr or cfg.train.lr}
         self.rollouts_per_task = self.group_size + self.explorer_rollouts
@@ -146,7 +181,16 @@ class Rspo(RewardMode):
 
     def plans(self, step: int) -> list[Plan]:
         target = [] if self.warming_up(step) else [Plan("target", self.group_size, TARGET)]
-        return [*target, Plan("explorer", self.explorer_rollouts, EXPLORER)]
+        if not self.expert_tasks:
+            return [*target, Plan("explorer", self.explorer_rollouts, EXPLORER)]
+        k, E = self.expert_tasks, self.explorer_rollouts
+        with_expert, rest = tuple(range(k)), tuple(range(k, self.num_tasks))  # task positions
+        return [
+            *target,
+            Plan(EXPERT_PLAN, 1, EXPERT, groups=with_expert),
+            Plan("explorer", E - 1, EXPLORER, groups=with_expert),
+            Plan("explorer", E, EXPLORER, groups=rest),
+        ]
 
     def complete(self, batch: TurnBatch, tasks: list[tuple[str, int]], step: int, pad_id: int) -> TurnBatch:
         return add_replay(batch, self.buffer, tasks, self.replay_per_task, step, pad_id)
@@ -156,10 +200,13 @@ class Rspo(RewardMode):
         explorer on its own rows with the process reward; warming up, the explorer alone."""
         pen = penalty_of(batch.valid, self.penalty)
         target_r, explorer_r, explorer_rows = swap_rewards(batch.outcome, batch.process, batch.source)
-        every_row = torch.ones_like(explorer_rows)  # target, explorer and replayed rows
+        joining = joining_rows(batch.outcome, batch.source, batch.traj_id, batch.group_id, self.join)  # (N,)
+        explorer_r = self.c_p * explorer_r
+        if self.explorer_shaped:
+            explorer_r = self.c_o * batch.outcome * explorer_rows + self.lam * explorer_r
         data = {
-            "target": LearnerData(every_row, self.c_o * target_r - pen, batch.source != TARGET),
-            "explorer": LearnerData(explorer_rows, self.c_p * explorer_r - pen, torch.zeros_like(explorer_rows)),
+            "target": LearnerData(joining, self.c_o * target_r - pen, batch.source != TARGET),
+            "explorer": LearnerData(explorer_rows, explorer_r - pen, torch.zeros_like(explorer_rows)),
         }
         return {"explorer": data["explorer"]} if self.warming_up(step) else data
 
@@ -198,4 +245,10 @@ def add_replay(
     return cat(parts, pad_id) if len(parts) > 1 else batch
 
 
-MODES: dict[str, type[RewardMode]] = {"outcome": Outcome, "process": Process, "shaped": Shaped, "rspo": Rspo}
+MODES: dict[str, type[RewardMode]] = {
+    "outcome": Outcome,
+    "process": Process,
+    "shaped": Shaped,
+    "rspo": Rspo,
+    "group_swap": GroupSwap,
+}

@@ -10,10 +10,12 @@ one of those trajectories won. These metrics say how often that happened:
   rollout/groups_without_signal  of the groups with target trajectories, the fraction
                                  whose target outcome returns are all equal (any mode)
   rspo/groups_rescued            of the groups with no target success, the fraction whose
-                                 explorer or replayed trajectories hold a success
+                                 explorer, replayed or expert trajectories hold a success
   rspo/explorer_only_successes   winning explorer trajectories in groups with no target
                                  success (a count for the iteration)
   rspo/replay_only_successes     the same for replayed trajectories
+  rspo/expert_only_successes     the same for the expert's (only when the batch has any:
+                                 `rspo.expert_fraction`)
   rspo/replayed                  replayed trajectories that joined the target's groups
                                  (a count for the iteration, won or not): whether replay
                                  happened at all (it needs a buffered task to recur)
@@ -23,7 +25,7 @@ a trajectory whose (unscaled) outcome return reaches 1: ALFWorld's `won`, WebSho
 purchase with score 1 under either `env.webshop.outcome`.
 
 Notation (per trajectory, M rows; K task groups)
-  o  (M,) outcome return;  s  (M,) source (TARGET, EXPLORER, REPLAY);  g  (M,) group id
+  o  (M,) outcome return;  s  (M,) source (TARGET, EXPLORER, REPLAY, EXPERT);  g  (M,) group id
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rspo.batch import EXPLORER, REPLAY, TARGET, TurnBatch
+from rspo.batch import EXPERT, EXPLORER, REPLAY, TARGET, TurnBatch
 
 SUCCESS = 1.0 - 1e-6  # an outcome return at least this is a success
 
@@ -71,11 +73,14 @@ def signal_metrics(outcome_return: Tensor, source: Tensor, group_id: Tensor) -> 
     in_failed = failed[group_id]  # (M,) the trajectory's group is one of them
     explorer_wins = won * (source == EXPLORER) * in_failed
     replay_wins = won * (source == REPLAY) * in_failed
-    rescued = per_group(explorer_wins + replay_wins, "sum", 0.0) > 0
+    expert_wins = won * (source == EXPERT) * in_failed
+    rescued = per_group(explorer_wins + replay_wins + expert_wins, "sum", 0.0) > 0
     if bool(failed.any()):
         out["rspo/groups_rescued"] = _fraction(rescued[failed])
     out["rspo/explorer_only_successes"] = float(explorer_wins.sum())
     out["rspo/replay_only_successes"] = float(replay_wins.sum())
+    if bool((source == EXPERT).any()):
+        out["rspo/expert_only_successes"] = float(expert_wins.sum())
     out["rspo/replayed"] = float(((source == REPLAY) & has_target[group_id]).sum())
     return out
 
@@ -99,7 +104,7 @@ def signal_metrics_loop(outcome_return: Tensor, source: Tensor, group_id: Tensor
         return out
     failed = [rows for rows in with_target if not any(o >= SUCCESS for o, s in rows if s == TARGET)]
     replayed = sum(s == REPLAY for rows in with_target for _, s in rows)
-    wins = {EXPLORER: 0, REPLAY: 0}
+    wins = {EXPLORER: 0, REPLAY: 0, EXPERT: 0}
     rescued = 0
     for rows in failed:
         for o, s in rows:
@@ -110,5 +115,7 @@ def signal_metrics_loop(outcome_return: Tensor, source: Tensor, group_id: Tensor
         out["rspo/groups_rescued"] = rescued / len(failed)
     out["rspo/explorer_only_successes"] = float(wins[EXPLORER])
     out["rspo/replay_only_successes"] = float(wins[REPLAY])
+    if any(s == EXPERT for rows in groups.values() for _, s in rows):
+        out["rspo/expert_only_successes"] = float(wins[EXPERT])
     out["rspo/replayed"] = float(replayed)
     return out
