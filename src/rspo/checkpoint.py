@@ -194,14 +194,15 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 
 def load_trainer_state(path: Path, mmap: bool = False) -> dict:
-    """Checkpoint `path`'s trainer.pt (`load_data`). `mmap`: map its tensors, not read them
-    (a check that it loads, before a resumed run builds anything). An old-format trainer.pt
-    (numpy's RNG state pickled) is a ConfigError that says so and the ways forward."""
+    """Checkpoint `path`'s trainer.pt (`load_data`). `mmap`: map its tensors onto the CPU,
+    not read them (a check that it loads, before a resumed run builds anything). An
+    old-format trainer.pt (numpy's RNG state pickled) is a ConfigError that says so and the
+    ways forward."""
     from rspo.config import ConfigError
 
     file = Path(path) / "trainer.pt"
     try:
-        return load_data(file, mmap=mmap)
+        return load_data(file, mmap=mmap, map_location="cpu" if mmap else None)
     except ConfigError:
         objects = pickled_objects(file)
         if objects and all(name.startswith("numpy.") for name in objects):
