@@ -108,10 +108,12 @@ def checkpoint_problem(path: Path, step: int) -> str:
     import torch
     from safetensors.torch import load_file
 
+    from rspo.checkpoint import load_trainer_state
+
     if not (path / "trainer.pt").is_file():
         return "missing"
     try:
-        state = torch.load(path / "trainer.pt", weights_only=False)
+        state = load_trainer_state(path)
         tensors = [t for f in path.glob("policy/**/*.safetensors") for t in load_file(f).values()]
     except Exception as e:  # unloadable, whatever the reason
         return f"unloadable ({type(e).__name__}: {e})"

@@ -17,6 +17,8 @@ import torch
 from conftest import SMALL
 from safetensors.torch import load_file
 
+from rspo import checkpoint
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # several training processes each
 
 STEPS = 2
@@ -36,7 +38,7 @@ def final_state(out) -> dict:
     """Everything a finished run leaves: adapter weights, trainer state, eval results."""
     last = out / "checkpoints" / f"step_{STEPS:06d}"
     weights = {str(p.relative_to(last)): load_file(p) for p in sorted(last.glob("policy/*/*.safetensors"))}
-    trainer = torch.load(last / "trainer.pt", weights_only=False)
+    trainer = checkpoint.load_trainer_state(last)
     summary = json.loads((out / "eval_summary.json").read_text())
     return {"weights": weights, "trainer": trainer, "after": summary["after"], "before": summary["before"]}
 
@@ -112,8 +114,6 @@ def test_sigkill_during_a_checkpoint_write_loses_nothing(warm_model, clean, tmp_
     args = command(warm_model, out)[3:]  # after `python -m rspo`
     proc = subprocess.run([sys.executable, "-c", KILL_IN_CHECKPOINT_WRITE, *args], capture_output=True)
     assert proc.returncode == -signal.SIGKILL
-    from rspo import checkpoint
-
     assert checkpoint.latest(out).name == "step_000001"  # the half-written step 2 is not picked up
     subprocess.run(command(warm_model, out), check=True, capture_output=True)  # resume=auto
     assert_same(final_state(out), clean[0])

@@ -10,6 +10,7 @@ from pathlib import Path
 import peft
 import pytest
 import torch
+from safetensors.torch import load_file
 from support import free_port
 from transformers import AutoModelForCausalLM
 
@@ -267,6 +268,40 @@ def test_load_never_skips_a_missing_policy_or_weights_file(tmp_path):
     shutil.rmtree(tmp_path / "ckpt" / "explorer")  # listed in policy.json, gone from the disk
     with pytest.raises(FileNotFoundError, match="explorer does not exist"):
         fresh.load(tmp_path / "ckpt")
+
+
+def test_a_pickle_format_adapter_loads_only_when_allowed(tmp_path):
+    # Issue 48: peft's adapter_model.bin is a pickle; rspo reads one only when told to, as tensors only.
+    policy = make_policy()
+    train_steps(policy, "target")
+    policy.save(tmp_path / "ckpt")
+    target = tmp_path / "ckpt" / "target"
+    torch.save(load_file(target / "adapter_model.safetensors"), target / "adapter_model.bin")
+    (target / "adapter_model.safetensors").unlink()
+    with pytest.raises(
+        ConfigError, match="adapter_model.bin: refused: a pickle-format adapter; .*allow_pickle_adapters"
+    ):
+        make_policy().load(tmp_path / "ckpt")
+    cfg = tiny_cfg(allow_pickle_adapters=True)
+    model, tok = load_base(cfg, lambda: CORPUS)
+    allowed = Policy(cfg, model, tok)
+    assert allowed.load(tmp_path / "ckpt") == ["target"]
+    saved, loaded = lora_params(policy, "target"), lora_params(allowed, "target")
+    assert saved.keys() == loaded.keys() and all(torch.equal(saved[n], loaded[n]) for n in saved)
+
+
+def test_a_truncated_or_corrupted_weights_file_is_named(tmp_path):
+    # Issue 48: safetensors' own error came through as a traceback with no file name.
+    ckpt = tmp_path / "ckpt"
+    make_policy(critic=True).save(ckpt)
+    head = ckpt / "critic" / "value_head.safetensors"
+    head.write_bytes(head.read_bytes()[:-4])  # truncated
+    with pytest.raises(ConfigError, match="value_head.safetensors: truncated or corrupted .* not fully covered"):
+        make_policy(critic=True).load(ckpt)
+    adapter = ckpt / "target" / "adapter_model.safetensors"
+    adapter.write_bytes((2**40).to_bytes(8, "little") + adapter.read_bytes()[8:])  # a header length past the file
+    with pytest.raises(ConfigError, match="adapter_model.safetensors: truncated or corrupted .*header too large"):
+        make_policy(critic=True).load(ckpt)
 
 
 def test_lora_adapters_never_load_onto_another_base(tmp_path):

@@ -1,22 +1,32 @@
-"""Checkpoints that resume exactly, written atomically.
+"""Checkpoints that resume exactly, written atomically, and that run no code when loaded.
 
 Layout of `<output_dir>/checkpoints/step_000010/`:
-  policy/          the policy's weights (LoRA: one stock peft adapter dir per policy, so
-                   `PeftModel.from_pretrained(base, policy/target)` loads it; full
+  policy/          the policy's weights as safetensors (LoRA: one stock peft adapter dir per
+                   policy, so `PeftModel.from_pretrained(base, policy/target)` loads it; full
                    fine-tuning: `save_pretrained` per policy), tokenizer, value head
-  trainer.pt       optimizer and scheduler states, RNG states, step, replay buffer
+  trainer.pt       optimizer and scheduler states, RNG states, step, replay buffer, eval
+                   curve and trace: tensors and plain containers (dict, list, tuple, str,
+                   int, float, bool, None) only, in `torch.save`'s zip archive
   config.yaml      the resolved config
 The directory is written under a temporary name and renamed when complete, so a killed
 run never leaves a half-written checkpoint that `train.resume=auto` would pick up.
+
+Loading builds no Python object a file names (`load_data`: `torch.load(weights_only=True)`,
+after every record of the archive passed its CRC check; safetensors hold no code). A file
+that holds pickled objects, is truncated or corrupted, or is a trainer.pt of the old format
+(rspo's earlier versions pickled numpy's RNG state) is refused with one line naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import random
 import shutil
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,17 +86,23 @@ def weights_digest(directory: Path) -> str:
 
 
 def rng_state() -> dict:
+    """This process's RNG states, as tensors and plain containers: Python's (version, 625
+    ints, gauss), numpy's in its dict form with the key as a list of ints, torch's tensors."""
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"]["key"] = numpy_state["state"]["key"].tolist()  # (624,) uint32
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": numpy_state,
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore `rng_state()`'s states exactly (tuples may come back as lists)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np.random.set_state(state["numpy"])  # numpy takes the key as a list
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -112,10 +128,12 @@ def check_output_dir(output_dir: str | Path, resume: str) -> None:
 
 def check_resume(cfg) -> None:
     """Before a resumed run builds anything: the checkpoint's recorded `config.yaml` must
-    agree with `cfg` on every key that changes what is trained. Only the keys in
+    agree with `cfg` on every key that changes what is trained, and its files must load as
+    data (its trainer.pt, its policy's weights). Only the keys in
     `rspo.config_rules.MAY_CHANGE` (how long, how watched, where saved) may differ."""
     from rspo.config import ConfigError, load_config, to_dict
     from rspo.config_rules import resume_mismatches
+    from rspo.policy_io import check_weights
     from rspo.sft import run_base
 
     path = resolve(cfg.train.resume, cfg.train.output_dir)
@@ -129,6 +147,8 @@ def check_resume(cfg) -> None:
             f"train.resume: {path} was trained with other values ({'; '.join(differ)}): resume it with the run's"
             " values, or start a new run in another train.output_dir"
         )
+    load_trainer_state(path, mmap=True)  # its files load as data (`load_data`), reading no tensors
+    check_weights(path / "policy", cfg.model.allow_pickle_adapters)
 
 
 def save(
@@ -145,6 +165,9 @@ def save(
         tmp.mkdir(parents=True)
         policy.save(tmp / "policy", weights)
         torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
+        objects = pickled_objects(tmp / "trainer.pt")
+        if objects:  # a bug: this run could not resume from it
+            raise TypeError(f"trainer state holds objects that `load_data` refuses: {', '.join(objects)}")
         (tmp / "config.yaml").write_text(config_yaml)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -170,5 +193,67 @@ def replace_dir(tmp: Path, final: Path) -> None:
         tmp.rename(final)
 
 
-def load_trainer_state(path: Path) -> dict:
-    return torch.load(path / "trainer.pt", weights_only=False)
+def load_trainer_state(path: Path, mmap: bool = False) -> dict:
+    """Checkpoint `path`'s trainer.pt (`load_data`). `mmap`: map its tensors onto the CPU,
+    not read them (a check that it loads, before a resumed run builds anything). An
+    old-format trainer.pt (numpy's RNG state pickled) is a ConfigError that says so and the
+    ways forward."""
+    from rspo.config import ConfigError
+
+    file = Path(path) / "trainer.pt"
+    try:
+        return load_data(file, mmap=mmap, map_location="cpu" if mmap else None)
+    except ConfigError:
+        objects = pickled_objects(file)
+        if objects and all(name.startswith("numpy.") for name in objects):
+            raise ConfigError(
+                f"{file}: an rspo checkpoint of the old format (it pickles numpy's RNG state), refused since "
+                f"loading a pickle can run code; its weights still evaluate (rspo eval --checkpoint {path}), and "
+                "the rspo version that wrote it resumes it"
+            ) from None
+        raise
+
+
+def load_data(file: Path, **kwargs) -> Any:
+    """`torch.load(file, weights_only=True)`: tensors and plain containers, never a pickled
+    object (building one can run any code). `file` must be a `torch.save` zip archive whose
+    every record passes its CRC check. Else a ConfigError naming the file and why: the
+    objects it pickles, or that it is truncated or corrupted."""
+    from rspo.config import ConfigError
+
+    damage = damaged(file)
+    if damage:
+        raise ConfigError(f"{file}: {damage}")
+    try:
+        return torch.load(file, weights_only=True, **kwargs)
+    except Exception as e:  # a malformed pickle raises about anything: struct.error, KeyError, ...
+        objects = pickled_objects(file)
+        if objects:
+            raise ConfigError(
+                f"{file}: refused: it pickles Python objects ({', '.join(objects)}), and building them can run code;"
+                " rspo loads tensors and plain containers only"
+            ) from None
+        if isinstance(e, pickle.UnpicklingError) and e.__context__:  # torch's wrapper: advice, then the cause
+            e = e.__context__
+        raise ConfigError(f"{file}: its pickle does not load as tensors and plain containers ({e})") from None
+
+
+def damaged(file: Path) -> str:
+    """Why `file` is not a whole `torch.save` zip archive, or "" when it is (every record
+    read and checked against its CRC-32)."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError) as e:
+        return f"not a complete torch.save archive: truncated or corrupted ({e})"
+    return f"corrupted: its record {bad} fails its CRC check" if bad else ""
+
+
+def pickled_objects(file: Path) -> list[str]:
+    """The Python objects (`module.name`) that `file`'s pickle names beyond tensors and plain
+    containers, read without unpickling; [] when there are none or the pickle is malformed.
+    For messages only: `torch.load(weights_only=True)` is what refuses them."""
+    try:
+        return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(file))
+    except Exception:  # malformed (struct.error, EOFError, ...): `load_data` says so
+        return []

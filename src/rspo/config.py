@@ -78,6 +78,9 @@ class ModelConfig:
     dtype: str = "float32"
     allow_hub: bool = False  # False: never touch the network (local files / cache only)
     init_from: str = ""  # a checkpoint directory to start from (e.g. `rspo sft` output)
+    # load peft's pickle-format adapter_model.bin (as tensors only) where a saved policy has no
+    # adapter_model.safetensors; off: such a file is refused, as a pickle can hide code
+    allow_pickle_adapters: bool = False
     gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)

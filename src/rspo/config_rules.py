@@ -131,6 +131,7 @@ MAY_CHANGE = (
     "train.micro_batch",  # gradient accumulation: the same update, in other slices
     "rollout.micro_batch",  # sequences per generate / forward call
     "model.allow_hub",
+    "model.allow_pickle_adapters",
     "model.gradient_checkpointing",
     "env.num_workers",
     "env.step_timeout",

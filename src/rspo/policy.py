@@ -108,6 +108,7 @@ class Policy(ShardedPolicy, PolicyFiles):
         if unknown:
             raise ValueError(f"unknown policies {sorted(unknown)}; choose from {POLICIES}")
         self.lora = cfg.lora.enabled
+        self.allow_pickle_adapters = cfg.allow_pickle_adapters  # `load`: peft's adapter_model.bin too
         self.tokenizer = tokenizer
         self.critics = [critic_name(n) for n in self.names] if critic else []
         self.active = "target"

@@ -8,6 +8,8 @@ Layout of a saved policy directory (`Policy.save`):
            `<dir>/<critic>/value_head.safetensors`, and `<dir>/policy.json`
            ({"lora", "policies", "critic"}, and with LoRA "base": the base model's
            `base_fingerprint`, so adapters never load onto another base than their own)
+Weights are read as safetensors; peft's pickle-format `adapter_model.bin` only with
+`model.allow_pickle_adapters`, and then as tensors only (`checkpoint.load_data`).
 """
 
 from __future__ import annotations
@@ -22,18 +24,20 @@ from typing import TYPE_CHECKING
 
 import peft
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from rspo.config import ModelConfig
+from rspo.checkpoint import load_data
+from rspo.config import ConfigError, ModelConfig
 from rspo.models import Corpus, load_base
 
 if TYPE_CHECKING:
     from rspo.policy import Policy
 
 VALUE_HEAD_FILE = "value_head.safetensors"
-ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")  # peft's, per adapter dir
+ADAPTER_FILE, PICKLED_ADAPTER_FILE = "adapter_model.safetensors", "adapter_model.bin"  # peft's, per adapter dir
 
 
 def base_fingerprint(model: nn.Module) -> str:
@@ -120,10 +124,8 @@ class PolicyFiles:
             sub = directory / name
             if not sub.is_dir():
                 raise FileNotFoundError(f"{sub} does not exist (saved policies: {_saved(directory)})")
-            if self.lora and not any((sub / f).is_file() for f in ADAPTER_FILES):
-                raise FileNotFoundError(f"{sub}: no adapter weights ({ADAPTER_FILES[0]})")
             if self.lora:
-                state = peft.utils.load_peft_weights(str(sub), device=str(self.device))
+                state = read_weights(adapter_file(sub, self.allow_pickle_adapters), str(self.device))
                 result = peft.set_peft_model_state_dict(self._peft, state, adapter_name=name)
                 if result.unexpected_keys:
                     raise ValueError(f"{sub}: weights that do not fit this model: {result.unexpected_keys[:3]}")
@@ -131,7 +133,7 @@ class PolicyFiles:
                 _load_safetensors(self._raw[name].lm, sub)
             if name in self.critics:
                 head = self._raw[name].value_heads[name]
-                head.load_state_dict(load_file(sub / VALUE_HEAD_FILE, device=str(self.device)))
+                head.load_state_dict(read_weights(sub / VALUE_HEAD_FILE, str(self.device)))
         return names
 
     def merged_target(self) -> PreTrainedModel:
@@ -190,13 +192,54 @@ def _load_safetensors(model: nn.Module, directory: Path) -> None:
     device = str(next(model.parameters()).device)
     missing = set(model.state_dict())
     for f in files:
-        result = model.load_state_dict(load_file(f, device=device), strict=False)
+        result = model.load_state_dict(read_weights(f, device), strict=False)
         if result.unexpected_keys:
             raise ValueError(f"{f}: weights that do not fit this model: {result.unexpected_keys[:3]}")
         missing &= set(result.missing_keys)
     tied = {n for n in missing if n.endswith("lm_head.weight")}  # tied to the embeddings, not saved
     if missing - tied:
         raise ValueError(f"{directory}: weights missing: {sorted(missing - tied)[:3]}")
+
+
+def adapter_file(directory: Path, allow_pickle: bool) -> Path:
+    """The weights file of peft adapter dir `directory`: its safetensors file, else its
+    pickle-format `adapter_model.bin` when `allow_pickle` (`model.allow_pickle_adapters`)."""
+    if (directory / ADAPTER_FILE).is_file():
+        return directory / ADAPTER_FILE
+    if not (directory / PICKLED_ADAPTER_FILE).is_file():
+        raise FileNotFoundError(f"{directory}: no adapter weights ({ADAPTER_FILE})")
+    if not allow_pickle:
+        raise ConfigError(
+            f"{directory / PICKLED_ADAPTER_FILE}: refused: a pickle-format adapter; convert it to {ADAPTER_FILE}, or "
+            "load it as tensors with model.allow_pickle_adapters=true if you trust where it comes from"
+        )
+    return directory / PICKLED_ADAPTER_FILE
+
+
+def read_weights(file: Path, device: str, header_only: bool = False) -> dict[str, Tensor]:
+    """The tensors in weights file `file`: safetensors, or a pickle-format adapter read as
+    tensors only (`load_data`). A truncated or corrupted file is a ConfigError naming it.
+    `header_only`: check that it would load, reading no tensors (returns {})."""
+    if file.suffix != ".safetensors":
+        state = load_data(file, map_location=device, mmap=header_only)
+        return {} if header_only else state
+    try:
+        if header_only:
+            with safe_open(file, "pt"):  # parses the header, checks it against the file's size
+                return {}
+        return load_file(file, device=device)
+    except SafetensorError as e:
+        raise ConfigError(f"{file}: truncated or corrupted ({e})") from None
+
+
+def check_weights(directory: Path, allow_pickle: bool) -> None:
+    """Before a run that will load saved policy `directory` builds anything: each weights file
+    that `Policy.load` would read loads (`read_weights`, reading no tensors), else the
+    ConfigError naming the first that does not."""
+    for f in sorted(directory.rglob("*.safetensors")):
+        read_weights(f, "cpu", header_only=True)
+    for sub in sorted({f.parent for f in directory.rglob(PICKLED_ADAPTER_FILE)}):
+        read_weights(adapter_file(sub, allow_pickle), "cpu", header_only=True)
 
 
 def _part(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
