@@ -134,6 +134,10 @@ def test_warm_start_key_follows_what_sft_learns_from():
     assert warm_start_key(before) != warm_start_key(
         load_config("configs/webshop_cpu.yaml", ["env.webshop.expert=reader"])
     )
+    # so an existing warm start keeps its name when rspo gains a key (model.allow_pickle_adapters
+    # renamed every one once): the sparse regime's seed 0, as its runs' directories name it
+    sparse = ["sft.episodes=300", "train.steps=40", "eval.every=10", "log.progress=false", "train.seed=0"]
+    assert warm_start_key(load_config("configs/default.yaml", sparse)) == "f7e329f5f2"
 
 
 def _run(mode: str, curve: list[tuple[int, int, list[int]]], seed: int = 0, **extra) -> dict:

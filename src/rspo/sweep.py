@@ -63,7 +63,7 @@ WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm sta
 WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
 # keys added to those sections after warm starts were built, left out of the key while they
 # hold the value every earlier warm start had: adding one keeps existing warm starts
-WARM_START_ADDED = {("env", "webshop", "expert"): "oracle"}
+WARM_START_ADDED = {("env", "webshop", "expert"): "oracle", ("model", "allow_pickle_adapters"): False}
 # RL-only settings that earlier keys hashed, every experiment at this value: hashed at it
 # whatever they hold, so a grid over them shares its warm starts and existing keys stay
 WARM_START_PINNED = {("rollout", "num_tasks"): 8}
