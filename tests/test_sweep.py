@@ -12,12 +12,14 @@ from conftest import SMALL
 
 from rspo.config import ConfigError, load_config, to_dict
 from rspo.log import write_json
-from rspo.results import compare, load_runs, markdown, mechanism, same_start, write_results
+from rspo.results import compare, markdown, mechanism, same_start
 from rspo.sweep import (
     Experiment,
+    collect,
     commit_hash,
     execute,
     load_experiment,
+    load_runs,
     restore,
     runs,
     warm_start_key,
@@ -52,7 +54,7 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
     exp = load_experiment(write_experiment(tmp_path, warm_model))
     assert [s.name for s in runs(exp)] == ["outcome-s0", "rspo-s0"]
     execute(exp, progress=lambda _: None)
-    table = write_results(exp)
+    table = collect(exp)
     rows = table["webshop"]["grpo"]["test"]
     assert set(rows) == {"outcome", "rspo"}
     rspo, outcome = rows["rspo"], rows["outcome"]
@@ -90,7 +92,7 @@ def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):
     execute(exp, progress=said.append)
     assert said == ["sweep: 2 finished run(s) restored from " + str(tmp_path / "results") + "/results.json"]
     assert not list((tmp_path / "runs").glob("*/checkpoints")) and not (tmp_path / "runs" / "warmstart").exists()
-    assert write_results(exp) == table
+    assert collect(exp) == table
 
 
 def test_bad_experiment_files_name_the_key(warm_model, tmp_path):

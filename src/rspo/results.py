@@ -16,12 +16,10 @@ where the target's outcome signal came from, arm by arm.
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
 
-from rspo.config import load_config, to_dict
 from rspo.log import TRACE, write_json
 from rspo.stats import bootstrap_diff, bootstrap_mean, fmt_interval
 
@@ -30,30 +28,6 @@ RUN_KEYS = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s",
             "before", "after", "difference", "curve", "before_tasks", "after_tasks", "trace")  # fmt: skip
 # (trace key, words) of the mechanism table and plot: the run's trace (`rspo.log.TRACE`)
 MECHANISM = tuple(TRACE.items())
-
-
-def load_runs(exp) -> list[dict]:
-    """Every finished run: grid values, config, commit, wall time, warm-start hash, eval summary."""
-    from rspo.sweep import config_drift, runs
-
-    out = []
-    for spec in runs(exp):
-        d = spec.dir(exp)
-        if not (d / "eval_summary.json").is_file():
-            continue
-        meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
-        drift = config_drift(exp, spec, meta.get("config"))
-        if drift:
-            print(f"sweep: {spec.name} left out of the results: it ran with another config ({'; '.join(drift)})")
-            continue
-        summary = json.loads((d / "eval_summary.json").read_text())
-        cfg = meta.get("config") or to_dict(load_config(exp.base, spec.overrides))
-        out.append({"name": spec.name, "values": spec.values, "env": cfg["env"]["name"],
-                    "algo": cfg["algo"]["name"], "mode": spec.values.get("arm", cfg["reward"]["mode"]),
-                    "seed": cfg["train"]["seed"],
-                    "commit": meta.get("commit", "unknown"), "wall_s": meta.get("wall_s"),
-                    "warm_start": meta.get("warm_start"), "config": cfg, **summary})  # fmt: skip
-    return out
 
 
 def _won(records: list[dict], split: str, key: str = "won") -> list[float]:
@@ -387,25 +361,20 @@ def _save(fig, plt, path: Path) -> Path:
     return path
 
 
-def write_results(exp) -> dict:
-    """Write results.json, results.md and the plots under `results_dir`; return the table."""
-    from rspo.sweep import restore
-
-    restore(exp)
-    all_runs = load_runs(exp)
-    if not all_runs:
-        raise RuntimeError(f"no finished runs under {exp.output_dir}")
-    out = Path(exp.results_dir)
+def write_results(all_runs: list[dict], results_dir: str | Path, env_step_budget: int | None = None) -> dict:
+    """Write results.json, results.md and the plots of `all_runs` (`rspo.sweep.load_runs`)
+    under `results_dir`, and nothing else; return the table."""
+    out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     table, shared, mech = (
-        compare(all_runs, exp.env_step_budget),
-        same_start(all_runs, exp.env_step_budget),
+        compare(all_runs, env_step_budget),
+        same_start(all_runs, env_step_budget),
         mechanism(all_runs),
     )
     kept = [{k: r[k] for k in RUN_KEYS if r.get(k) is not None} for r in all_runs]
     write_json(out / "results.json", {"table": table, "same_start": shared, "mechanism": mech, "runs": kept})
     (out / "results.md").write_text(markdown(table, all_runs, shared, mech))
-    budgets = {(env, algo): budget for env, algo, _, budget, _, _ in _by_algo(all_runs, exp.env_step_budget)}
+    budgets = {(env, algo): budget for env, algo, _, budget, _, _ in _by_algo(all_runs, env_step_budget)}
     plot_curves(table, all_runs, out, budgets)
     plot_mechanism(all_runs, out)
     return table

@@ -366,11 +366,43 @@ def warm_start_mismatches(exp: Experiment, built: list[Path]) -> list[str]:
     return out
 
 
+def load_runs(exp) -> list[dict]:
+    """Every finished run: grid values, config, commit, wall time, warm-start hash, eval summary."""
+    out = []
+    for spec in runs(exp):
+        d = spec.dir(exp)
+        if not (d / "eval_summary.json").is_file():
+            continue
+        meta = json.loads((d / "run.json").read_text()) if (d / "run.json").is_file() else {}
+        drift = config_drift(exp, spec, meta.get("config"))
+        if drift:
+            print(f"sweep: {spec.name} left out of the results: it ran with another config ({'; '.join(drift)})")
+            continue
+        summary = json.loads((d / "eval_summary.json").read_text())
+        cfg = meta.get("config") or to_dict(load_config(exp.base, spec.overrides))
+        out.append({"name": spec.name, "values": spec.values, "env": cfg["env"]["name"],
+                    "algo": cfg["algo"]["name"], "mode": spec.values.get("arm", cfg["reward"]["mode"]),
+                    "seed": cfg["train"]["seed"],
+                    "commit": meta.get("commit", "unknown"), "wall_s": meta.get("wall_s"),
+                    "warm_start": meta.get("warm_start"), "config": cfg, **summary})  # fmt: skip
+    return out
+
+
+def collect(exp: Experiment) -> dict:
+    """The experiment's report (`rspo.results.write_results`) from its finished runs, the
+    committed ones restored first (`restore`); returns the table."""
+    restore(exp)
+    all_runs = load_runs(exp)
+    if not all_runs:
+        raise RuntimeError(f"no finished runs under {exp.output_dir}")
+    return write_results(all_runs, exp.results_dir, exp.env_step_budget)
+
+
 def sweep_command(path: str, only: str = "", collect_only: bool = False, parallel: int | None = None) -> None:
     exp = load_experiment(path)
     if parallel is not None:
         exp.parallel = parallel
     if not collect_only:
         execute(exp, only)
-    write_results(exp)
+    collect(exp)
     print((Path(exp.results_dir) / "results.md").read_text())
