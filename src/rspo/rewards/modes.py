@@ -196,8 +196,9 @@ class Rspo(RewardMode):
         return add_replay(batch, self.buffer, tasks, self.replay_per_task, step, pad_id)
 
     def learner_data(self, batch: TurnBatch, step: int) -> dict[str, LearnerData]:
-        """The swap (`swap_rewards`): the target trains on every row with the outcome, the
-        explorer on its own rows with the process reward; warming up, the explorer alone."""
+        """The swap (`swap_rewards`): the target trains on its own rows and the joining ones
+        (`rspo.join`) with the outcome, the explorer on its own rows with its reward
+        (`rspo.explorer_reward`); warming up, the explorer alone."""
         pen = penalty_of(batch.valid, self.penalty)
         target_r, explorer_r, explorer_rows = swap_rewards(batch.outcome, batch.process, batch.source)
         joining = joining_rows(batch.outcome, batch.source, batch.traj_id, batch.group_id, self.join)  # (N,)
