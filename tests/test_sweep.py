@@ -327,3 +327,9 @@ def test_named_arms_expand_into_their_keys_and_name_the_runs(warm_model, tmp_pat
     bad = write_experiment(tmp_path, warm_model, arms=arms, grid={"arm": ["outcome", "ceil"]})
     with pytest.raises(ConfigError, match="grid.arm 'ceil' is not under arms"):
         load_experiment(bad)
+
+
+def test_threads_sets_each_runs_torch_threads(warm_model, tmp_path):
+    assert load_experiment(write_experiment(tmp_path, warm_model, threads=1)).threads == 1
+    with pytest.raises(ConfigError, match="threads must be an integer >= 0"):
+        load_experiment(write_experiment(tmp_path, warm_model, threads=-1))
