@@ -199,6 +199,14 @@ def test_same_start_pairs_the_seeds_whose_warm_start_is_shared():
     md = markdown(compare(runs_, 20_000), runs_, [row])
     assert "| grpo | rspo - outcome | 0, 1 | +0.625 [" in md
     assert same_start([r for r in runs_ if r["seed"] == 2]) == []  # nothing shared, no row
+    # runs that also evaluated their final weights at temperature 1 (eval.final_temperatures)
+    # are compared there too: rspo - outcome per task, seed 0 [0, 0, 1, 0], seed 1 [0, 0, 0, 0]: 1 / 8
+    tasks = runs_[0]["after_tasks"]
+    for r, wins in zip(runs_[:4], ([0, 0, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0], [1, 0, 0, 0])):
+        r["final_at"] = {"1": {"tasks": [t | {"won": w} for t, w in zip(tasks, wins)]}}
+    (row,) = same_start(runs_, 20_000)
+    assert row["final_at_T1/test"]["diff"] == pytest.approx(0.125)
+    assert "test, final at T1" in markdown(compare(runs_, 20_000), runs_, [row])
 
 
 def test_same_start_pairs_by_weight_hash_when_runs_record_one():

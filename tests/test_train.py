@@ -89,12 +89,19 @@ def test_train_writes_eval_checkpoint_and_tensorboard(warm_model, tmp_path, caps
         "train.save_every=1",
         "log.tensorboard=true",
         "log.sample_every=1",
+        "eval.final_temperatures=[1.0]",
     )
     out = train(cfg)
     assert set(out["before"]) == set(out["after"])
     assert "eval/test/success_rate" in out["after"] and 0 <= out["after"]["eval/test/success_rate"] <= 1
     assert any(k.startswith("eval/test/") and k.count("/") == 3 for k in out["after"])  # per product category
-    assert json.loads((tmp_path / "eval_summary.json").read_text())["after"] == out["after"]
+    summary = json.loads((tmp_path / "eval_summary.json").read_text())
+    assert summary["after"] == out["after"]
+    # the final weights also at temperature 1 (eval.final_temperatures): every task, its own metrics
+    assert [t["task_index"] for t in summary["final_at"]["1"]["tasks"]] == [
+        t["task_index"] for t in summary["after_tasks"]
+    ]
+    assert 0 <= summary["final_at"]["1"]["metrics"]["eval_T1/test/success_rate"] <= 1
     assert [p.name for p in sorted((tmp_path / "checkpoints").iterdir())] == ["step_000001", "step_000002"]
     assert list(tmp_path.joinpath("tb").glob("events.out.tfevents.*"))
     # The saved target adapter is a stock peft adapter on the warm-start base.

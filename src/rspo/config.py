@@ -237,6 +237,7 @@ class EvalConfig:
     batch_size: int = 32  # trajectories played at once; fixed, so runs with other pool sizes sample alike
     samples_per_task: int = 1  # k > 1: play each task k times; a task's success is its fraction of wins
     explorer: bool = False  # also evaluate the RSPO explorer
+    final_temperatures: list[float] = field(default_factory=list)  # the final checkpoint also at these (e.g. [1.0])
 
 
 @dataclass

@@ -171,6 +171,9 @@ def problem(tree: dict[str, Any]) -> str | None:
     for key, spec in RANGES.items():
         if not within(flat[key], spec):
             return f"{key}: must be {spec if spec[0] == '>' else 'in ' + spec}, got {flat[key]!r}"
+    for t in flat["eval.final_temperatures"]:
+        if not within(t, ">= 0"):
+            return f"eval.final_temperatures: every temperature must be >= 0, got {t!r}"
     if flat["algo.dual_clip"] and flat["algo.dual_clip"] <= 1:
         return f"algo.dual_clip: must be 0 (off) or > 1, got {flat['algo.dual_clip']!r}"
     if flat["model.tiny.hidden_size"] % flat["model.tiny.num_heads"]:

@@ -25,7 +25,7 @@ from rspo.stats import bootstrap_diff, bootstrap_mean, fmt_interval
 
 BASELINE = "outcome"
 RUN_KEYS = ("name", "values", "env", "algo", "mode", "seed", "commit", "wall_s", "warm_start", "config", "env_steps",
-            "before", "after", "difference", "curve", "before_tasks", "after_tasks", "trace")  # fmt: skip
+            "before", "after", "difference", "curve", "before_tasks", "after_tasks", "trace", "final_at")  # fmt: skip
 # (trace key, words) of the mechanism table and plot: the run's trace (`rspo.log.TRACE`)
 MECHANISM = tuple(TRACE.items())
 
@@ -116,8 +116,11 @@ def same_start(all_runs: list[dict], env_step_budget: int | None = None) -> list
             if not pairs:
                 continue
             row = {"env": env, "algo": algo, "a": a, "b": b, "seeds": [ra["seed"] for ra, _ in pairs]}
-            for basis, tasks in (("equal_iterations", lambda r: r["after_tasks"]),
-                                 ("equal_env_steps", lambda r, n=budget: _point_within(r, n)["tasks"])):  # fmt: skip
+            bases = [("equal_iterations", lambda r: r["after_tasks"]),
+                     ("equal_env_steps", lambda r, n=budget: _point_within(r, n)["tasks"])]  # fmt: skip
+            temps = set.intersection(*(set(r.get("final_at", {})) for pair in pairs for r in pair))
+            bases += [(f"final_at_T{t}", lambda r, t=t: r["final_at"][t]["tasks"]) for t in sorted(temps)]
+            for basis, tasks in bases:
                 for split in splits:
                     d = np.array([np.subtract(_won(tasks(rb), split), _won(tasks(ra), split)) for ra, rb in pairs])
                     diff, lo, hi = bootstrap_mean(d)
@@ -203,12 +206,13 @@ def markdown(table: dict, all_runs: list[dict], shared: list[dict] = (), mech: l
         if pairs:
             lines += ["", f"### {env}: arms that share a warm start, seed by seed (b - a; the seeds where the "
                           "before-RL evals agree task by task; seed pairs and tasks resampled)", ""]  # fmt: skip
-            cols = [(basis, s) for basis in ("equal_iterations", "equal_env_steps") for s in splits]
+            bases = dict.fromkeys(k.split("/")[0] for p in pairs for k in p if "/" in k)  # final_at_T*: some pairs
+            cols = [(basis, s) for basis in bases for s in splits]
             header = [f"{s}, {basis.replace('_', ' ')}" for basis, s in cols]
             lines.append("| algo | b - a | seeds | " + " | ".join(header) + " |")
             lines.append("|---" * (3 + len(cols)) + "|")
             for p in pairs:
-                cells = [_diff(p[f"{b}/{s}"]) for b, s in cols]
+                cells = [_diff(p[f"{b}/{s}"]) if f"{b}/{s}" in p else "" for b, s in cols]
                 lines.append(f"| {p['algo']} | {p['b']} - {p['a']} | {', '.join(map(str, p['seeds']))} | "
                              + " | ".join(cells) + " |")  # fmt: skip
         lines += _mechanism_lines(env, [m for m in mech if m["env"] == env])

@@ -222,7 +222,17 @@ def _in_process(command: str, cfg) -> None:
         train(cfg)
 
 
-SUMMARY_KEYS = ("before", "after", "difference", "env_steps", "curve", "before_tasks", "after_tasks", "trace")
+SUMMARY_KEYS = (
+    "before",
+    "after",
+    "difference",
+    "env_steps",
+    "curve",
+    "before_tasks",
+    "after_tasks",
+    "trace",
+    "final_at",
+)
 
 
 PER_RUN_KEYS = ("model.init_from", "train.output_dir", "train.resume")  # what the sweep sets when it launches

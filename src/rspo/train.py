@@ -250,9 +250,25 @@ def run_eval(run: Run) -> tuple[dict[str, float], list[dict]]:
             )
         results |= metrics_of(records[adapter], prefix)
     run.logger.scalars(results, run.step)
-    compact = [{k: r[k] for k in ("split", "task_index", "task_type", "won", "score")} for r in records["target"]]
-    run.curve.append({"step": run.step, "env_steps": run.env_steps, **results, "tasks": compact})
+    run.curve.append({"step": run.step, "env_steps": run.env_steps, **results, "tasks": compact(records["target"])})
     return results, records["target"]
+
+
+def compact(records: list[dict]) -> list[dict]:
+    """The per-task fields a run keeps of an eval (`rspo.results` reads them)."""
+    return [{k: r[k] for k in ("split", "task_index", "task_type", "won", "score")} for r in records]
+
+
+def eval_final_at(run: Run, temperature: float) -> dict:
+    """The target's eval of the final weights at another sampling temperature (logged
+    under `eval_T{temperature}/`): {"metrics", "tasks"}."""
+    cfg = dataclasses.replace(run.cfg, eval=dataclasses.replace(run.cfg.eval, temperature=temperature))
+    rank, world = run.acc.process_index, run.acc.num_processes
+    with run.policy.gathered():
+        records = evaluate_tasks(run.policy, run.pool, cfg, rank=rank, world=world, gather=gather_object)
+    metrics = metrics_of(records, f"eval_T{temperature:g}/")
+    run.logger.scalars(metrics, run.step)
+    return {"metrics": metrics, "tasks": compact(records)}
 
 
 def train(cfg: Config) -> dict:
@@ -285,6 +301,7 @@ def train(cfg: Config) -> dict:
             if cfg.train.save_every and run.step % cfg.train.save_every == 0:
                 save(run)
         after, after_tasks = run_eval(run)
+        final_at = {f"{t:g}": eval_final_at(run, t) for t in cfg.eval.final_temperatures}
         bar.close()
         if not (cfg.train.save_every and run.step % cfg.train.save_every == 0):  # not saved just above
             save(run)
@@ -293,7 +310,7 @@ def train(cfg: Config) -> dict:
             diffs = paired_differences(before_tasks, after_tasks)
             summary = {"before": before, "after": after, "difference": diffs, "env_steps": run.env_steps,
                        "curve": run.curve, "before_tasks": before_tasks, "after_tasks": after_tasks,
-                       "trace": run.trace}  # fmt: skip
+                       "trace": run.trace} | ({"final_at": final_at} if final_at else {})  # fmt: skip
             write_json(Path(cfg.train.output_dir) / "eval_summary.json", summary)
             print(summary_table(before, after, cfg, diffs))
             print(
