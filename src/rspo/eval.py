@@ -66,6 +66,7 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[d
                 max_turns=max_turns,
                 progress=cfg.log.progress,
                 desc=f"eval {split}",
+                behavior_logprobs=False,  # no update reads them: one forward pass a turn fewer
             )
             mine += _per_task(split, ro.trajectories, k)
         if gather is not None and world > 1:

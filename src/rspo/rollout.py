@@ -124,7 +124,8 @@ def generate(
       forward  a separate forward pass over prompt + response: bit-for-bit what the
                update's forward computes, so the on-policy ratio starts at exactly 1;
       sampler  the logits of the sampling pass itself (KV-cached): no second prefill,
-               equal up to float rounding (~1e-6 in fp32, more in bf16).
+               equal up to float rounding (~1e-6 in fp32, more in bf16);
+      none     not computed (zeros): evaluation reads only the responses.
     """
     tok = policy.tokenizer
     ids, mask = left_pad(prompts, tok.pad_token_id)
@@ -151,6 +152,8 @@ def generate(
     if logprobs_from == "sampler":
         logits = torch.stack(out.logits[:R], dim=1).float()  # (n, R, V) raw logits, before temperature/top-p
         logprobs = logits.log_softmax(-1).gather(-1, responses[:, :R, None].to(logits.device)).squeeze(-1).cpu()
+    elif logprobs_from == "none":
+        logprobs = torch.zeros(responses.shape)
     else:
         full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
         full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
@@ -194,12 +197,15 @@ def collect(
     max_turns: int,
     progress: bool = True,
     desc: str = "rollout",
+    behavior_logprobs: bool = True,
 ) -> Rollout:
     """Play every task with every plan's policy; return the per-turn batch.
 
     `cfg` is the `RolloutConfig`; `max_turns` caps the episode (the env's cap otherwise).
     `pool` must hold at least `len(tasks) * sum(p.count for p in plans)` envs.
+    `behavior_logprobs=False` (evaluation) skips them: the batch's are zeros.
     """
+    logprobs_from = cfg.behavior_logprobs if behavior_logprobs else "none"
     n = len(tasks) * sum(p.count for p in plans)
     env_tasks = [t for t in tasks for p in plans for _ in range(p.count)]
     t0 = time.perf_counter()
@@ -231,7 +237,7 @@ def collect(
                         cfg.max_new_tokens,
                         temperature,
                         cfg.top_p,
-                        cfg.behavior_logprobs,
+                        logprobs_from,
                         rows_of,
                     )
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
