@@ -216,6 +216,7 @@ class TrainConfig:
     save_every: int = 10
     resume: str = ""  # "" = fresh, "auto" = latest checkpoint in output_dir, or a checkpoint path
     fsdp: bool = False  # shard weights, gradients and optimizer state over the processes (FSDP2; Policy.shard)
+    threads: int = 0  # torch's CPU threads in each training process (rollouts, updates, evals); 0 = torch's default
 
 
 @dataclass
