@@ -114,6 +114,8 @@ def test_warm_start_key_follows_what_sft_learns_from():
     # ... and so does how RL batches its passes (rollout.mixed_adapters was added after
     # warm starts existed: a new RL-only setting must not make every grid rebuild them)
     assert key("rollout.mixed_adapters=true") == base
+    assert key("rollout.merge_adapter=false") == key("rollout.merge_adapter=true") == base
+    assert key("rollout.behavior_logprobs=sampler") == key("rollout.behavior_logprobs=forward") == base
     # rollout.num_tasks (tasks an RL iteration plays) is hashed at 8 whatever it holds: SFT
     # never reads it, and the keys of warm starts built before this rule keep their names
     assert key("rollout.num_tasks=48") == base

@@ -7,8 +7,10 @@ every task with the same env seed; the trajectories of one task form one group. 
      `micro_batch` to bound memory, prompts sorted by length so that a chunk holds
      similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
      chunks of 8), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
-     every policy's envs share the passes instead, each row with its own adapter;
-  3. behavior log-probs of the sampled tokens come from a forward pass over the same ids;
+     every policy's envs share the passes instead, each row with its own adapter; with
+     `rollout.merge_adapter` the adapter is merged into the base weights for the pass;
+  3. behavior log-probs of the sampled tokens come from a forward pass over the same ids
+     (`rollout.behavior_logprobs=sampler`: from the sampling pass's own logits);
   4. the parsed actions go to the env pool, which steps all envs in parallel. An env that
      fails (raises, hangs or its worker dies) ends its trajectory as failed, with the
      reason in `Trajectory.fault`.
@@ -17,6 +19,7 @@ Each turn becomes one row of a `TurnBatch` (per-turn samples, as GiGPO does).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import warnings
@@ -115,9 +118,12 @@ def generate(
     top_p: float,
     logprobs_from: str = "forward",
     rows: list[str] | None = None,
+    merge_adapter: bool = False,
 ):
     """Sample one response per prompt. Returns (response ids list, behavior log-probs list).
     `rows`: the policy of each prompt (one mixed-adapter pass), else the active policy.
+    `merge_adapter`: sample with the active LoRA adapter merged into the base weights
+    (`Policy.merged`; not with `rows`): the same distribution up to float rounding, faster.
 
     Behavior log-probs are log pi(token) at temperature 1 (the policy itself, as the
     trainer scores it), from `logprobs_from`:
@@ -132,19 +138,20 @@ def generate(
     ids, mask = ids.to(policy.device), mask.to(policy.device)
     # top_k=0: sample from the policy's own distribution (HF's default top_k=50 would not)
     sampling = dict(temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
-    out = policy.generate(
-        ids,
-        mask,
-        rows,
-        max_new_tokens=max_new_tokens,
-        do_sample=temperature > 0,
-        stop_strings=[STOP],
-        tokenizer=tok,
-        pad_token_id=tok.pad_token_id,
-        output_logits=logprobs_from == "sampler",
-        return_dict_in_generate=True,
-        **sampling,
-    )
+    with policy.merged() if merge_adapter and rows is None else contextlib.nullcontext():
+        out = policy.generate(
+            ids,
+            mask,
+            rows,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            stop_strings=[STOP],
+            tokenizer=tok,
+            pad_token_id=tok.pad_token_id,
+            output_logits=logprobs_from == "sampler",
+            return_dict_in_generate=True,
+            **sampling,
+        )
     responses = out.sequences[:, ids.shape[1] :].cpu()
     lengths = response_lengths(tok, responses, policy.eos_token_ids)
     R = max(lengths)
@@ -239,6 +246,7 @@ def collect(
                         cfg.top_p,
                         logprobs_from,
                         rows_of,
+                        merge_adapter=cfg.merge_adapter,
                     )
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
                         text = policy.tokenizer.decode(r, skip_special_tokens=True)

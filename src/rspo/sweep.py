@@ -52,13 +52,13 @@ KEYS = {"base", "output_dir", "results_dir", "parallel", "launcher", "env_step_b
 WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
 # settings inside those sections that only change how RL batches its passes, not what SFT
 # learns: they stay out of the key, so adding or flipping one keeps existing warm starts
-WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
+WARM_START_IGNORED = {"rollout": ("mixed_adapters", "merge_adapter")}
 # keys added to those sections after warm starts were built, left out of the key while they
 # hold the value every earlier warm start had: adding one keeps existing warm starts
 WARM_START_ADDED = {("env", "webshop", "expert"): "oracle"}
 # RL-only settings that earlier keys hashed, every experiment at this value: hashed at it
 # whatever they hold, so a grid over them shares its warm starts and existing keys stay
-WARM_START_PINNED = {("rollout", "num_tasks"): 8}
+WARM_START_PINNED = {("rollout", "num_tasks"): 8, ("rollout", "behavior_logprobs"): "forward"}
 
 
 @dataclasses.dataclass
