@@ -235,8 +235,6 @@ def table(profile: Profile, total: float, lower: dict[str, float]) -> str:
     lines = ["| phase | s | share | tokens | bound s | x bound |", "|---|---:|---:|---:|---:|---:|"]
     for p in phases:
         s = profile.seconds[p]
-        if s < 0.05 and p not in lower:
-            continue
         b = lower.get(p)
         # the update's forward bound covers its backward too: shown on the forward's row, against both
         if p.endswith("update forward"):
@@ -293,9 +291,7 @@ def main() -> None:
             overrides = [*base, *ARMS[arm], f"model.init_from={warm}", f"train.output_dir={tmp}/{arm}"]
             total = time_arm(overrides, profile, captured)
             policy = captured["run"].policy
-            rows = profile.rows["behaviour log-probs"] or profile.rows["eval: behaviour log-probs"] or 1
-            tokens = profile.tokens["behaviour log-probs"] or profile.tokens["eval: behaviour log-probs"]
-            length = max(8, tokens // rows)
+            length = max(8, profile.tokens["generate"] // max(profile.rows["generate"], 1))  # prompt + response
             rates = throughput(policy, length, min(24, length - 1))
             lower = bounds(profile, rates)
             print(
