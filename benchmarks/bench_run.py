@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_run.py                 # the sparse regime: warm start, then 2 arms
     .venv/bin/python benchmarks/bench_run.py --quick         # a 1-minute check of the same path
     .venv/bin/python benchmarks/bench_run.py --json out.json # also keep the raw numbers
+    .venv/bin/python benchmarks/bench_run.py --compare before.json after.json  # phase by phase
 
 The run is the sparse regime's (configs/experiments/sparse.yaml: configs/default.yaml with
 `sft.episodes=300`) at `train.steps=10 eval.every=10`: one SFT warm start, then two arms
@@ -250,6 +251,23 @@ def table(profile: Profile, total: float, lower: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def compare(before: dict, after: dict) -> str:
+    """Each arm's phases, seconds and share before and after, and before / after (two --json files)."""
+    lines = []
+    for arm in after["arms"].keys() & before["arms"].keys():
+        b, a = before["arms"][arm], after["arms"][arm]
+        lines += [f"## {arm} arm: {before['commit']} -> {after['commit']}\n"]
+        lines += ["| phase | before s | share | after s | share | before / after |", "|---|---:|---:|---:|---:|---:|"]
+        phases = sorted(b["seconds"].keys() | a["seconds"].keys(), key=lambda p: -b["seconds"].get(p, 0.0))
+        for p in [*phases, "total"]:
+            sb = b["total"] if p == "total" else b["seconds"].get(p, 0.0)
+            sa = a["total"] if p == "total" else a["seconds"].get(p, 0.0)
+            ratio = f"{sb / sa:.1f}" if sa >= 0.05 else ("-" if sb < 0.05 else "gone")
+            lines.append(f"| {p} | {sb:.1f} | {sb / b['total']:.1%} | {sa:.1f} | {sa / a['total']:.1%} | {ratio} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def commit() -> str:
     """The commit of the rspo source that runs (PYTHONPATH may point at another checkout)."""
     src = Path(rspo.train.__file__).resolve().parents[2]
@@ -267,8 +285,13 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: outcome, rspo ('': warm start only)")
     parser.add_argument("--warm-start", default="", help="reuse this warm start (a model dir) instead of building one")
     parser.add_argument("--json", default="", help="write the raw numbers here")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two --json files side by side")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every arm")
     args = parser.parse_args()
+    if args.compare:
+        before, after = (json.loads(Path(f).read_text()) for f in args.compare)
+        print(compare(before, after))
+        return
     base = (QUICK if args.quick else SPARSE) + ["log.tensorboard=false"] + args.overrides
     print(f"commit {commit()}, torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
     print(f"{platform.processor() or platform.machine()}; load before {tuple(round(x, 2) for x in os.getloadavg())}")
