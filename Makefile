@@ -6,7 +6,7 @@ CONFIG ?= configs/default.yaml
 # GPU users who installed their own CUDA torch into the venv: `make install TORCH=` keeps it.
 TORCH ?= -r requirements-torch.txt
 
-.PHONY: install train sweep test test-fast lint format bench soak clean
+.PHONY: install train sweep test test-fast lint format bench bench-run soak clean
 
 $(VENV)/.installed: requirements.txt requirements-torch.txt requirements-dev.txt setup.cfg
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -48,6 +48,10 @@ format: install
 bench: install
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
 	$(PY) benchmarks/webshop_agreement.py --goals 100
+
+# Where a whole training run's time goes, phase by phase (benchmarks/results/speed/README.md).
+bench-run: install
+	$(PY) benchmarks/bench_run.py
 
 # Every fault rspo claims to survive, injected at random into a small run (README, Reliability).
 ITERATIONS ?= 12

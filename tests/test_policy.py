@@ -184,6 +184,27 @@ def test_lora_step_trains_only_the_active_adapter():
     assert all(target1[n].equal(p) for n, p in zip(target1, explorer))
 
 
+def test_merged_adapter_gives_the_same_logits_and_restores_the_base_bit_for_bit():
+    # rollout.merge_adapter samples inside `merged()`: W + s * B @ A in the base, LoRA paths off.
+    policy = make_policy(adapters=["target", "explorer"])
+    train_steps(policy, "target")  # B != 0: the adapter changes the logits
+    ids, mask = batch(policy.tokenizer)
+    base0 = {n: p.detach().clone() for n, p in policy._peft.named_parameters() if "lora_" not in n}
+    with torch.no_grad():
+        unmerged, _ = policy.logprobs(ids, mask, 4)
+        with policy.use("explorer"):
+            explorer, _ = policy.logprobs(ids, mask, 4)
+        with policy.merged():
+            merged, _ = policy.logprobs(ids, mask, 4)
+        after, _ = policy.logprobs(ids, mask, 4)
+        with policy.use("explorer"):
+            explorer_after, _ = policy.logprobs(ids, mask, 4)
+    torch.testing.assert_close(merged, unmerged, atol=1e-5, rtol=0)  # rounded in another order
+    assert all(base0[n].equal(p) for n, p in policy._peft.named_parameters() if n in base0)
+    assert torch.equal(after, unmerged) and torch.equal(explorer_after, explorer)
+    assert not any(layer.merged for layer in policy._peft.modules() if isinstance(layer, peft.tuners.lora.LoraLayer))
+
+
 def test_use_selects_the_policy_and_reference_is_the_base():
     policy = make_policy(adapters=["target", "explorer"])
     base, _ = load_base(tiny_cfg(), lambda: CORPUS)

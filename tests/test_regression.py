@@ -14,7 +14,7 @@ and the sync are all on the hashed path.
 
 Bitwise hashes depend on the machine (CPU kernels) and the torch version: `EXPECTED` holds
 them per machine kind it was recorded on (`fingerprint()`: the kernel capability, and for
-AVX512 the extensions the CPU has; AVX2 and one AVX512 kind so far), and
+AVX512 the extensions the CPU has; AVX2 and two AVX512 kinds so far), and
 the test skips on any other, saying how to record them (`RSPO_RECORD_REGRESSION=1` prints the
 dict to paste). Torch runs on one thread in the runs (not the warm start, shared with other
 tests, whose thread count the fingerprint holds).
@@ -71,6 +71,8 @@ THREADS = torch.get_num_threads()  # before any test changes it: the session's w
 # penalty (module docstring). An AVX512 machine recorded 2026-12-04 under the key "AVX512"
 # alone is no longer listed: a second AVX512 machine hashed differently, and which
 # extensions the first had was not recorded (its hashes are in git history, commit 7d09c89).
+# The AVX512 machine with bf16 and vp2intersect: recorded on commit 6f6753f, reproduced after
+# the speed work of issue 46 (which changed no default numerics).
 EXPECTED = {
     "torch 2.13.0+cpu, AVX2, 2 threads": {
         ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
@@ -99,6 +101,20 @@ EXPECTED = {
         ("ppo", "process"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
         ("ppo", "shaped"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
         ("ppo", "rspo"): "0472f58c5892922e8462d203d025632b57b4b9583fa7ee08c87c00b2410a9a8b",
+    },
+    "torch 2.13.0+cpu, AVX512 (bf16 bitalg ifma vbmi vbmi2 vnni vp2intersect vpopcntdq), 2 threads": {
+        ("grpo", "outcome"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "process"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "shaped"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
+        ("grpo", "rspo"): "92a809cee2460206d0e219bd17a6c0422169ae39aaec84d6a89d50d967cb31b5",
+        ("gigpo", "outcome"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "process"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "shaped"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
+        ("gigpo", "rspo"): "040df7075a225a098fba852986e76fa6dc21ca1804fa2e16fc2c26c53ff6e2c8",
+        ("ppo", "outcome"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "process"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "shaped"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
+        ("ppo", "rspo"): "d5511b0ca0acaa6d63c66d9b31dd484d27029954af531fd4a83d4f3eaef8b4ff",
     },
 }
 

@@ -140,6 +140,21 @@ def test_sampler_logprobs_equal_a_second_forward(setup):
         torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-4, rtol=0)
 
 
+def test_merged_adapter_samples_the_same_distribution(setup):
+    # rollout.merge_adapter: sampling with the adapter merged into the base; the sampler's
+    # log-probs then come from the merged weights, equal to the adapter's forward up to rounding.
+    _, _, policy = setup
+    tok = policy.tokenizer
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ["Instruction: buy a red shirt", "WebShop"]]
+    torch.manual_seed(3)
+    resp_f, lp_f = generate(policy, prompts, 10, 1.0, 1.0, logprobs_from="forward", merge_adapter=True)
+    torch.manual_seed(3)
+    resp_s, lp_s = generate(policy, prompts, 10, 1.0, 1.0, logprobs_from="sampler", merge_adapter=True)
+    assert resp_f == resp_s  # the same merged sampling pass
+    for a, b in zip(lp_f, lp_s):
+        torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-4, rtol=0)
+
+
 def test_sampling_is_seeded(setup):
     cfg, pool, policy = setup
     runs = []
@@ -166,9 +181,9 @@ def record_generate(monkeypatch) -> list[tuple[list, list | None]]:
 
     calls, inner = [], rollout_module.generate
 
-    def recording(policy, prompts, *args):
+    def recording(policy, prompts, *args, **kwargs):
         calls.append((prompts, args[-1]))
-        return inner(policy, prompts, *args)
+        return inner(policy, prompts, *args, **kwargs)
 
     monkeypatch.setattr(rollout_module, "generate", recording)
     return calls

@@ -116,6 +116,8 @@ def test_warm_start_key_follows_what_sft_learns_from():
     # ... and so does how RL batches its passes (rollout.mixed_adapters was added after
     # warm starts existed: a new RL-only setting must not make every grid rebuild them)
     assert key("rollout.mixed_adapters=true") == base
+    assert key("rollout.merge_adapter=false") == key("rollout.merge_adapter=true") == base
+    assert key("rollout.behavior_logprobs=sampler") == key("rollout.behavior_logprobs=forward") == base
     # rollout.num_tasks (tasks an RL iteration plays) is hashed at 8 whatever it holds: SFT
     # never reads it, and the keys of warm starts built before this rule keep their names
     assert key("rollout.num_tasks=48") == base
@@ -335,9 +337,3 @@ def test_named_arms_expand_into_their_keys_and_name_the_runs(warm_model, tmp_pat
     bad = write_experiment(tmp_path, warm_model, arms=arms, grid={"arm": ["outcome", "ceil"]})
     with pytest.raises(ConfigError, match="grid.arm 'ceil' is not under arms"):
         load_experiment(bad)
-
-
-def test_threads_sets_each_runs_torch_threads(warm_model, tmp_path):
-    assert load_experiment(write_experiment(tmp_path, warm_model, threads=1)).threads == 1
-    with pytest.raises(ConfigError, match="threads must be an integer >= 0"):
-        load_experiment(write_experiment(tmp_path, warm_model, threads=-1))

@@ -147,6 +147,9 @@ class RolloutConfig:
     micro_batch: int = 32  # sequences per generate / forward call
     require_think: bool = False  # ask for <think>...</think> before <action>
     behavior_logprobs: str = "forward"  # forward (a second pass, exact) | sampler (the sampling pass's logits)
+    # LoRA: sample with the adapter merged into the base weights (one matmul a layer, not
+    # three; the distribution equal up to float rounding, so not the same samples bit for bit)
+    merge_adapter: bool = False
     # LoRA: the target's and explorer's envs share each generate / forward pass, a row per
     # adapter (peft's mixed-adapter batches) instead of one pass per policy
     mixed_adapters: bool = False
@@ -226,6 +229,7 @@ class TrainConfig:
     save_every: int = 10
     resume: str = ""  # "" = fresh, "auto" = latest checkpoint in output_dir, or a checkpoint path
     fsdp: bool = False  # shard weights, gradients and optimizer state over the processes (FSDP2; Policy.shard)
+    threads: int = 0  # torch's CPU threads in each training process (rollouts, updates, evals); 0 = torch's default
 
 
 @dataclass

@@ -92,6 +92,7 @@ RANGES: dict[str, str] = {
     "train.epochs": ">= 1",
     "train.minibatches": ">= 1",
     "train.micro_batch": ">= 1",
+    "train.threads": ">= 0",  # 0 = torch's default (one per core)
     "train.max_grad_norm": "> 0",
     "train.max_skipped_updates": ">= 0",
     "train.seed": ">= 0",
@@ -130,6 +131,7 @@ MAY_CHANGE = (
     "train.max_skipped_updates",
     "train.micro_batch",  # gradient accumulation: the same update, in other slices
     "rollout.micro_batch",  # sequences per generate / forward call
+    "train.threads",  # CPU threads: the same computation
     "model.allow_hub",
     "model.allow_pickle_adapters",
     "model.gradient_checkpointing",

@@ -66,6 +66,7 @@ def _evaluate(policy, pool, cfg: Config, adapter, rank, world, gather) -> list[d
                 max_turns=max_turns,
                 progress=cfg.log.progress,
                 desc=f"eval {split}",
+                behavior_logprobs=False,  # no update reads them: one forward pass a turn fewer
             )
             mine += _per_task(split, ro.trajectories, k)
         if gather is not None and world > 1:
@@ -190,6 +191,8 @@ def evaluate_command(cfg: Config | None, checkpoint: str = "", overrides: list[s
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.train.output_dir}/checkpoints; pass --checkpoint DIR")
     cfg = load_config(path / "config.yaml", ["train.resume=", *(overrides or [])])  # resume: the run's, not eval's
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     cfg.model.init_from = run_base(cfg)
     adapters = ["target", "explorer"] if cfg.eval.explorer else ["target"]
     weights = {"checkpoint": str(path), "weights_sha256": ckpt.weights_digest(path / "policy")}

@@ -187,6 +187,30 @@ class Policy(ShardedPolicy, PolicyFiles):
             if self.lora:
                 self._peft.set_requires_grad(list(self._peft.peft_config), True)
 
+    @contextlib.contextmanager
+    def merged(self) -> Iterator[Policy]:
+        """Inside the block the active adapter is merged into the base weights (LoRA:
+        W + s * B @ A), so a forward runs one matmul per layer instead of three: for sampling
+        (`rollout.merge_adapter`), whose logits then equal the adapter's up to float rounding.
+        The base weights are restored bit for bit on the way out (peft's own unmerge
+        subtracts the product again, which rounds: the frozen base would drift). A no-op
+        without LoRA and under `reference()`; not for sharded weights."""
+        if not self.lora or self._in_reference:
+            yield self
+            return
+        if self.sharded:
+            raise RuntimeError("rollout.merge_adapter merges whole weights: not with train.fsdp")
+        layers = [m for m in self._peft.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
+        saved = [m.get_base_layer().weight.detach().clone() for m in layers]
+        self._peft.merge_adapter([self.active])
+        try:
+            yield self
+        finally:
+            with torch.no_grad():
+                for layer, weight in zip(layers, saved):
+                    layer.get_base_layer().weight.copy_(weight)
+                    layer.merged_adapters.clear()  # peft's record of what is merged: nothing now
+
     def _set_adapter(self, name: str) -> None:
         if self.lora and self._peft.active_adapter != name:
             self._peft.set_adapter(name)  # this sets requires_grad=False on the other adapters:

@@ -7,9 +7,11 @@ every task with the same env seed; the trajectories of one task form one group. 
      `micro_batch` to bound memory, prompts sorted by length so that a chunk holds
      similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
      chunks of 8), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
-     every policy's envs share the passes instead, each row with its own adapter;
+     every policy's envs share the passes instead, each row with its own adapter; with
+     `rollout.merge_adapter` the adapter is merged into the base weights for the pass;
   3. behavior log-probs of the sampled tokens come from a forward pass over the same ids
-     (an `EXPERT_PLAN` slot runs no model: the env's expert answers, log-probs 0);
+     (`rollout.behavior_logprobs=sampler`: from the sampling pass's own logits; an
+     `EXPERT_PLAN` slot runs no model: the env's expert answers, log-probs 0);
   4. the parsed actions go to the env pool, which steps all envs in parallel. An env that
      fails (raises, hangs or its worker dies) ends its trajectory as failed, with the
      reason in `Trajectory.fault`.
@@ -18,6 +20,7 @@ Each turn becomes one row of a `TurnBatch` (per-turn samples, as GiGPO does).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import warnings
@@ -125,35 +128,40 @@ def generate(
     top_p: float,
     logprobs_from: str = "forward",
     rows: list[str] | None = None,
+    merge_adapter: bool = False,
 ):
     """Sample one response per prompt. Returns (response ids list, behavior log-probs list).
     `rows`: the policy of each prompt (one mixed-adapter pass), else the active policy.
+    `merge_adapter`: sample with the active LoRA adapter merged into the base weights
+    (`Policy.merged`; not with `rows`): the same distribution up to float rounding, faster.
 
     Behavior log-probs are log pi(token) at temperature 1 (the policy itself, as the
     trainer scores it), from `logprobs_from`:
       forward  a separate forward pass over prompt + response: bit-for-bit what the
                update's forward computes, so the on-policy ratio starts at exactly 1;
       sampler  the logits of the sampling pass itself (KV-cached): no second prefill,
-               equal up to float rounding (~1e-6 in fp32, more in bf16).
+               equal up to float rounding (~1e-6 in fp32, more in bf16);
+      none     not computed (zeros): evaluation reads only the responses.
     """
     tok = policy.tokenizer
     ids, mask = left_pad(prompts, tok.pad_token_id)
     ids, mask = ids.to(policy.device), mask.to(policy.device)
     # top_k=0: sample from the policy's own distribution (HF's default top_k=50 would not)
     sampling = dict(temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
-    out = policy.generate(
-        ids,
-        mask,
-        rows,
-        max_new_tokens=max_new_tokens,
-        do_sample=temperature > 0,
-        stop_strings=[STOP],
-        tokenizer=tok,
-        pad_token_id=tok.pad_token_id,
-        output_logits=logprobs_from == "sampler",
-        return_dict_in_generate=True,
-        **sampling,
-    )
+    with policy.merged() if merge_adapter and rows is None else contextlib.nullcontext():
+        out = policy.generate(
+            ids,
+            mask,
+            rows,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            stop_strings=[STOP],
+            tokenizer=tok,
+            pad_token_id=tok.pad_token_id,
+            output_logits=logprobs_from == "sampler",
+            return_dict_in_generate=True,
+            **sampling,
+        )
     responses = out.sequences[:, ids.shape[1] :].cpu()
     lengths = response_lengths(tok, responses, policy.eos_token_ids)
     R = max(lengths)
@@ -161,6 +169,8 @@ def generate(
     if logprobs_from == "sampler":
         logits = torch.stack(out.logits[:R], dim=1).float()  # (n, R, V) raw logits, before temperature/top-p
         logprobs = logits.log_softmax(-1).gather(-1, responses[:, :R, None].to(logits.device)).squeeze(-1).cpu()
+    elif logprobs_from == "none":
+        logprobs = torch.zeros(responses.shape)
     else:
         full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
         full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
@@ -204,12 +214,15 @@ def collect(
     max_turns: int,
     progress: bool = True,
     desc: str = "rollout",
+    behavior_logprobs: bool = True,
 ) -> Rollout:
     """Play every task with every plan's policy; return the per-turn batch.
 
     `cfg` is the `RolloutConfig`; `max_turns` caps the episode (the env's cap otherwise).
     `pool` must hold at least `len(tasks) * sum(p.count for p in plans)` envs.
+    `behavior_logprobs=False` (evaluation) skips them: the batch's are zeros.
     """
+    logprobs_from = cfg.behavior_logprobs if behavior_logprobs else "none"
     env_tasks = [t for g, t in enumerate(tasks) for p in plans if p.plays(g) for _ in range(p.count)]
     n = len(env_tasks)
     t0 = time.perf_counter()
@@ -244,8 +257,9 @@ def collect(
                         cfg.max_new_tokens,
                         temperature,
                         cfg.top_p,
-                        cfg.behavior_logprobs,
+                        logprobs_from,
                         rows_of,
+                        merge_adapter=cfg.merge_adapter,
                     )
                     for i, p, r, lp in zip(ids[chunk], prompts[chunk], resp, logp):
                         text = policy.tokenizer.decode(r, skip_special_tokens=True)

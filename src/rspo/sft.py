@@ -153,6 +153,8 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     from rspo.envs.pool import EnvPool
     from rspo.policy_io import build_policy
 
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     with EnvPool(cfg.env, min(16, cfg.sft.episodes)) as pool:
         demos = collect_demos(cfg, pool, cfg.sft.episodes)
     text = corpus(demos, cfg.env.name, cfg.rollout.require_think)

@@ -7,7 +7,6 @@ An experiment file names a base run config, a grid of dotted keys, and where thi
     output_dir: runs/sweeps/small              # one sub-directory per run
     results_dir: benchmarks/results/small      # results.json, results.md, curves_*.png
     parallel: 1                                # runs at a time: 0 = in this process, k = k child processes
-    threads: 0                                 # optional: torch threads of each run (0: the cores / parallel)
     launcher: accelerate launch --multi_gpu -m  # optional: how a child starts `rspo train` (default: python -m)
     env_step_budget: 27000                     # optional: where "equal environment steps" reads every run
     overrides: {train.steps: 40}               # dotted keys applied to every run (optional)
@@ -62,7 +61,6 @@ KEYS = {
     "output_dir",
     "results_dir",
     "parallel",
-    "threads",
     "launcher",
     "env_step_budget",
     "overrides",
@@ -72,13 +70,13 @@ KEYS = {
 WARM_START_SECTIONS = ("model", "env", "sft", "rollout")  # what an SFT warm start depends on (and train.seed)
 # settings inside those sections that only change how RL batches its passes, not what SFT
 # learns: they stay out of the key, so adding or flipping one keeps existing warm starts
-WARM_START_IGNORED = {"rollout": ("mixed_adapters",)}
+WARM_START_IGNORED = {"rollout": ("mixed_adapters", "merge_adapter")}
 # keys added to those sections after warm starts were built, left out of the key while they
 # hold the value every earlier warm start had: adding one keeps existing warm starts
 WARM_START_ADDED = {("env", "webshop", "expert"): "oracle", ("model", "allow_pickle_adapters"): False}
 # RL-only settings that earlier keys hashed, every experiment at this value: hashed at it
 # whatever they hold, so a grid over them shares its warm starts and existing keys stay
-WARM_START_PINNED = {("rollout", "num_tasks"): 8}
+WARM_START_PINNED = {("rollout", "num_tasks"): 8, ("rollout", "behavior_logprobs"): "forward"}
 
 
 @dataclasses.dataclass
@@ -87,7 +85,6 @@ class Experiment:
     output_dir: str
     results_dir: str
     parallel: int = 1
-    threads: int = 0  # OMP threads of each child run; 0: cpu_count // parallel
     launcher: str = ""
     env_step_budget: int | None = None  # None: the smallest env-step total of each algorithm's runs
     overrides: dict = dataclasses.field(default_factory=dict)
@@ -128,9 +125,6 @@ def load_experiment(path: str | Path) -> Experiment:
         if unknown_arms:
             raise ConfigError(f"experiment file {path}: grid.arm {unknown_arms[0]!r} is not under arms "
                               f"(arms: {', '.join(map(str, exp.arms)) or 'none'})")  # fmt: skip
-    if isinstance(exp.threads, bool) or not isinstance(exp.threads, int) or exp.threads < 0:
-        raise ConfigError(f"experiment file {path}: threads must be an integer >= 0 (0: the cores / parallel), "
-                          f"got {exp.threads!r}")  # fmt: skip
     budget = exp.env_step_budget
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
         raise ConfigError(f"experiment file {path}: env_step_budget must be a positive integer, got {budget!r}")
@@ -309,7 +303,7 @@ def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
         raise ConfigError(f"{exp.output_dir}/{name} finished with another config than the grid's now "
                           f"({'; '.join(drift)}){f' and {len(stale) - 1} more' if len(stale) > 1 else ''}: "
                           "move it aside to run it again")  # fmt: skip
-    threads = exp.threads or max(1, (os.cpu_count() or 1) // max(exp.parallel, 1))
+    threads = max(1, (os.cpu_count() or 1) // max(exp.parallel, 1))
     warm: dict[str, list[str]] = {}  # warm-start dir -> overrides that build it
     plan = []
     for spec in selected:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, DistributedType, gather_object, set_seed
 
@@ -69,6 +70,8 @@ def setup(cfg: Config) -> Run:
     from rspo.policy_io import build_policy
     from rspo.sft import model_corpus
 
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
     acc = Accelerator(kwargs_handlers=[ddp], mixed_precision="bf16" if cfg.model.dtype == "bfloat16" else "no")
     set_seed(cfg.train.seed + acc.process_index)

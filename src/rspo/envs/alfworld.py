@@ -2,7 +2,8 @@
 
 The engine stack is ALFWorld's own: `textworld.envs.PddlEnv` wrapped in
 `AlfredDemangler(shuffle=False)` (ids -> `apple 1`) and `AlfredInfos`, with the planner's
-remaining plan (`policy_commands`) as the expert. Games come from the official tree when
+remaining plan (`policy_commands`, planned when asked) as the expert, and TextWorld's
+parses memoized (`rspo.envs.textworld_cache`). Games come from the official tree when
 `env.alfworld.data_dir` or `$ALFWORLD_DATA` points at one (`<root>/json_2.1.1/...`), else
 from rspo's generator (`alfworld_gen`), written lazily on first use into
 `env.alfworld.games_dir` or `$RSPO_CACHE/alfworld` (default `~/.cache/rspo/alfworld`),
@@ -44,6 +45,7 @@ from pathlib import Path
 
 from rspo.config import AlfworldConfig, cache_dir
 from rspo.envs import alfworld_gen as gen
+from rspo.envs import textworld_cache
 from rspo.envs.base import EnvState, TextEnv
 
 NOTHING = "Nothing happens."  # the engine's answer to anything it cannot do
@@ -279,10 +281,16 @@ class AlfworldEnv(TextEnv):
         return self._state(feedback, won=won, process=process, valid=command is not None and feedback != NOTHING)
 
     def expert_action(self) -> str:
-        """The planner's next command; `look` when it has none (game over or unsolvable)."""
+        """The planner's next command; `look` when it has none (game over or unsolvable).
+
+        Planned when asked, from the engine's current state, as TextWorld's `policy_commands`
+        info would plan it after every step (`PddlEnv._gather_infos`): only the warm start's
+        demonstrations ask, and planning at every RL step cost a tenth of the step.
+        """
         if self._game_state is None:
             raise RuntimeError("AlfworldEnv.expert_action: call reset(split, index) first")
-        plan = self._game_state["policy_commands"] or []
+        pddl = self._engine.unwrapped  # TextWorld's PddlEnv (entity names demangled in place)
+        plan = pddl._pddl_state.replan(pddl._entity_infos) or []
         return plan[0] if plan else "look"
 
     def close(self) -> None:
@@ -323,10 +331,12 @@ class AlfworldEnv(TextEnv):
 
 
 def make_engine():
-    """ALFWorld's text engine stack: PddlEnv + AlfredDemangler(shuffle=False) + AlfredInfos."""
+    """ALFWorld's text engine stack: PddlEnv + AlfredDemangler(shuffle=False) + AlfredInfos,
+    with TextWorld's parses memoized in this process (`rspo.envs.textworld_cache`)."""
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs import PddlEnv
 
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True)
+    textworld_cache.install()
+    infos = textworld.EnvInfos(won=True, admissible_commands=True)  # the plan: `AlfworldEnv.expert_action`
     return AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
