@@ -142,6 +142,9 @@ def test_warm_start_key_follows_what_sft_learns_from():
     # renamed every one once): the sparse regime's seed 0, as its runs' directories name it
     sparse = ["sft.episodes=300", "train.steps=40", "eval.every=10", "log.progress=false", "train.seed=0"]
     assert warm_start_key(load_config("configs/default.yaml", sparse)) == "f7e329f5f2"
+    recorded = to_dict(load_config("configs/default.yaml", sparse))  # a run recorded before merge_adapter existed
+    del recorded["rollout"]["merge_adapter"]
+    assert warm_start_key(recorded) == "f7e329f5f2"
 
 
 def _run(mode: str, curve: list[tuple[int, int, list[int]]], seed: int = 0, **extra) -> dict:

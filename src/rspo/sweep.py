@@ -158,7 +158,7 @@ def warm_start_key(cfg) -> str:
     d = json.loads(json.dumps(cfg if isinstance(cfg, dict) else to_dict(cfg)))  # a copy to delete from
     for section, keys in WARM_START_IGNORED.items():
         for key in keys:
-            del d[section][key]
+            d[section].pop(key, None)  # a run recorded before the key existed lacks it
     for (*path, key), before in WARM_START_ADDED.items():
         node = functools.reduce(dict.__getitem__, path, d)
         if node.get(key) == before:
