@@ -1,23 +1,26 @@
 """Behaviour pinned across refactors: a fixed-seed two-iteration run of every reward mode
 with every algorithm on the tiny model, hashed.
 
-The tiny model's warm start rarely earns a reward in a few turns (its rewards are the
-invalid-action penalty), so the end-to-end hashes pin the loop (what samples, replay, the
-buffer, the sync, which learner updates on which rows) more than each mode's reward; a
-second hash pins every mode's rows and rewards on a synthetic batch with both channels set.
+The runs earn reward, so each mode has its own hash (group_swap's coincides with another
+mode's, see the test): a warm start on 150 WebShop expert
+episodes, in a shop whose products have no options to select (`EARNING`), plays 4 tasks x
+3 trajectories of up to 6 turns; the test
+checks that the hashed runs saw outcome and process reward (else it would pin the loop
+only, as it once did). A second hash pins every mode's rows and rewards on a synthetic
+batch with both channels set.
 
 For each (algorithm, reward mode), `setup` then two `rl_step`s from the warm start; the
 sha256 covers every trainable weight afterwards (target, explorer, critics, in that order)
-and the values of the metrics in `METRICS` at both iterations. RSPO runs with a one-step
-explorer warm-up, replay and a sync at the second step, so warm-up, replay, the buffer
-and the sync are all on the hashed path.
+and the values of the metrics in `metrics_of(mode)` at both iterations. RSPO runs with a one-step
+explorer warm-up, replay, a sync at the second step and the env's expert in half the tasks,
+so warm-up, replay, the buffer, the sync and the off-policy rows are all on the hashed path.
 
 Bitwise hashes depend on the machine (CPU kernels) and the torch version: `EXPECTED` holds
 them per machine kind it was recorded on (`fingerprint()`: the kernel capability, and for
-AVX512 the extensions the CPU has; AVX2 and two AVX512 kinds so far), and
-the test skips on any other, saying how to record them (`RSPO_RECORD_REGRESSION=1` prints the
-dict to paste). Torch runs on one thread in the runs (not the warm start, shared with other
-tests, whose thread count the fingerprint holds).
+AVX512 the extensions the CPU has), and the test skips on any other, saying how to record
+them (`RSPO_RECORD_REGRESSION=1` prints the dict to paste). Torch runs on one thread, the
+warm start too. Hashes of earlier versions of this test (whose runs earned nothing) are in
+git history (commit 75a9481 and before).
 """
 
 import hashlib
@@ -28,93 +31,54 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import small_config
+from support import WARM_SFT
 
 from rspo.batch import TurnBatch
 from rspo.config import load_config
 from rspo.rewards import modes
 from rspo.train import rl_step, setup
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # 12 short runs: about a minute alone, more under load
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # 15 short runs: a few minutes alone, more under load
 
-MODES = ["outcome", "process", "shaped", "rspo"]
+MODES = ["outcome", "process", "shaped", "group_swap", "rspo"]
 ALGOS = ["grpo", "gigpo", "ppo"]
+# A WebShop level where the warm start's runs earn: no options to select and room for a
+# purchase (6 turns). Success is the outcome, so a purchase of another item earns process
+# reward in a group without outcome signal (which tells group_swap from outcome).
+EARNING = ["env.webshop.max_option_types=0", "rollout.max_turns=6"]
 # A fixed list, so that metrics added later do not change the hashes (an explorer key is
-# absent in the single-learner modes, the target's in RSPO's warm-up step: absent is hashed too).
-METRICS = [
-    f"{prefix}{key}"
-    for prefix in ("", "explorer/")
-    for key in (
-        "rollout/success_rate",
-        "rollout/return",
-        "rollout/process_return",
-        "rollout/turns",
-        "rollout/invalid_action_rate",
-        "loss/policy",
-        "loss/grad_norm",
-        "loss/value",
-        "policy/clip_frac",
-        "policy/approx_kl",
-        "policy/ratio_mean",
-        "offpolicy/token_frac",
-        "offpolicy/weight_mean",
-        "offpolicy/ratio_mean",
-        "adv/mean",
-        "adv/abs_mean",
-        "reward/turn_mean",
-        "train/skipped_updates",
-        "train/lr",
-    )
-] + ["rollout/env_steps_total", "rollout/env_faults"]
+# absent in the single-learner modes, the target's in RSPO's warm-up step: absent is hashed
+# too). The off-policy metrics exist only where a learner has off-policy rows (RSPO).
+ROLLOUT = ["rollout/success_rate", "rollout/return", "rollout/process_return", "rollout/turns",
+           "rollout/invalid_action_rate"]  # fmt: skip
+UPDATE = ["loss/policy", "loss/grad_norm", "loss/value", "policy/clip_frac", "policy/approx_kl", "policy/ratio_mean",
+          "adv/mean", "adv/abs_mean", "reward/turn_mean", "train/skipped_updates", "train/lr"]  # fmt: skip
+OFFPOLICY = ["offpolicy/token_frac", "offpolicy/weight_mean", "offpolicy/ratio_mean"]
 
-THREADS = torch.get_num_threads()  # before any test changes it: the session's warm start uses them
-# Per machine kind (`fingerprint()`); the single-learner modes agree: no reward but the
-# penalty (module docstring). An AVX512 machine recorded 2026-12-04 under the key "AVX512"
-# alone is no longer listed: a second AVX512 machine hashed differently, and which
-# extensions the first had was not recorded (its hashes are in git history, commit 7d09c89).
-# The AVX512 machine with bf16 and vp2intersect: recorded on commit 6f6753f, reproduced after
-# the speed work of issue 46 (which changed no default numerics).
+
+def metrics_of(mode: str) -> list[str]:
+    keys = ROLLOUT + UPDATE + (OFFPOLICY if mode == "rspo" else [])
+    return [p + k for p in ("", "explorer/") for k in keys] + ["rollout/env_steps_total", "rollout/env_faults"]
+
+
+# Per machine kind (`fingerprint()`).
 EXPECTED = {
-    "torch 2.13.0+cpu, AVX2, 2 threads": {
-        ("grpo", "outcome"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-        ("grpo", "process"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-        ("grpo", "shaped"): "6d9dd3fc872d4a00e86a8116b6decaf66d18026075c85fffee1106b4df33ade3",
-        ("grpo", "rspo"): "cc743a964dfedda635347f483001c7bb998c5d2af16db3a2a1f7287ddfe42c3e",
-        ("gigpo", "outcome"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-        ("gigpo", "process"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-        ("gigpo", "shaped"): "3f9ec7c32a472023d7821d1d30c9d0702453e5181bf1df858faa55988b04d9b0",
-        ("gigpo", "rspo"): "cc65cb0659ecf798944d3fd283b5aa099fd9a37e309e2c4da7f14db249d9de8c",
-        ("ppo", "outcome"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-        ("ppo", "process"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-        ("ppo", "shaped"): "9309717f57bc13b84cd92ee80bf4ef849d9d5f455361f164e2764ed7ab46935f",
-        ("ppo", "rspo"): "8add03bbfca9fd2108060fcef11eb1a2b960a7c6d974d9303b57619313c70019",
-    },
-    "torch 2.13.0+cpu, AVX512 (bitalg ifma vbmi vbmi2 vnni vpopcntdq), 2 threads": {
-        ("grpo", "outcome"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
-        ("grpo", "process"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
-        ("grpo", "shaped"): "80f6a3f65a7cd451a483826d3d825a88dd6e411a815b8938fd7694514335b753",
-        ("grpo", "rspo"): "d9f2446d53a735ec2f55503948519d25e38d37f49aa72ff283cef2a3cf43ff39",
-        ("gigpo", "outcome"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
-        ("gigpo", "process"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
-        ("gigpo", "shaped"): "750fcc41c297460f8034f8595434dc5f3b05e84714900b5d76fc5b6fd7cee57e",
-        ("gigpo", "rspo"): "9b86c9bb9913e094e7cc1780e3215e9132f7a2ee1bd85daeb12ae7c999e4b03c",
-        ("ppo", "outcome"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
-        ("ppo", "process"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
-        ("ppo", "shaped"): "e26b5d8914853b8e38f267af2da9e1af01bcbd2abb3b50e567aa79339f8c26cb",
-        ("ppo", "rspo"): "0472f58c5892922e8462d203d025632b57b4b9583fa7ee08c87c00b2410a9a8b",
-    },
-    "torch 2.13.0+cpu, AVX512 (bf16 bitalg ifma vbmi vbmi2 vnni vp2intersect vpopcntdq), 2 threads": {
-        ("grpo", "outcome"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "process"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "shaped"): "3eb09499537f69072d0631cf5613ad6703fe1248e6fa640aa14bca5afd5ae402",
-        ("grpo", "rspo"): "92a809cee2460206d0e219bd17a6c0422169ae39aaec84d6a89d50d967cb31b5",
-        ("gigpo", "outcome"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "process"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "shaped"): "edb6d3a6081a0e0e6ecd6cf16d07ab1af93fa328456ad0561a56d517f49d0b96",
-        ("gigpo", "rspo"): "040df7075a225a098fba852986e76fa6dc21ca1804fa2e16fc2c26c53ff6e2c8",
-        ("ppo", "outcome"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "process"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "shaped"): "2c39333725f9c3b72312a5fc9bd15c0b2d6291d5ad632ec5164e137465d0077a",
-        ("ppo", "rspo"): "d5511b0ca0acaa6d63c66d9b31dd484d27029954af531fd4a83d4f3eaef8b4ff",
+    "torch 2.13.0+cpu, AVX512 (bf16 bitalg ifma vbmi vbmi2 vnni vp2intersect vpopcntdq)": {
+        ("grpo", "outcome"): "1932c4bc5de280c78122d50fc6136bd7ef0ef69b9c7bdc1a694a439e7021a3cc",
+        ("grpo", "process"): "70b804dfba0346febc1e98e0778af64bb42ba6c5c46a5486c2c20d4f7a2923b8",
+        ("grpo", "shaped"): "2a3830dc2903af5950f7e6a34dd5493bb08fdb95b83373641eb838e75428c4d2",
+        ("grpo", "group_swap"): "1932c4bc5de280c78122d50fc6136bd7ef0ef69b9c7bdc1a694a439e7021a3cc",
+        ("grpo", "rspo"): "6b9c6850c4a058657f607de6e5ca3dc3e016ac076dabbc9a416270fd8c56239c",
+        ("gigpo", "outcome"): "a05c9df544f56d5ce71e7fe8fef8575ef0bedd3659827d694fc1abf8ec066705",
+        ("gigpo", "process"): "4c9a80a0236c37cf407c36b8849be4e68f5430f6ef42ad81b3c173eae0578090",
+        ("gigpo", "shaped"): "37b09d64ebd84397c39f795ed6d9c356b6c698b5eeae8f013427804439e5a934",
+        ("gigpo", "group_swap"): "a05c9df544f56d5ce71e7fe8fef8575ef0bedd3659827d694fc1abf8ec066705",
+        ("gigpo", "rspo"): "dbab32a433373d1d086d35ed4edcac27b512cacd3390e4e3a39aa27101d34757",
+        ("ppo", "outcome"): "645ca48a089e0869902c71780e221063b818e5521295f3a10bdccb2db20cbbad",
+        ("ppo", "process"): "1fe44f646d9a341f7852df0b62b5f4f29c4a79f2a5c9603377ecb9959394363a",
+        ("ppo", "shaped"): "c7644fd1b7c2526f7ba4e1bcc00f01e43da9509fa44e48e784e018a3bdca83de",
+        ("ppo", "group_swap"): "1fe44f646d9a341f7852df0b62b5f4f29c4a79f2a5c9603377ecb9959394363a",
+        ("ppo", "rspo"): "89311bf55188c336a043972a6cb5e21714595cdf00bbd4ddf15de4b013a2612e",
     },
 }
 
@@ -133,27 +97,44 @@ def avx512_extensions() -> str:
 
 
 def fingerprint() -> str:
-    """The torch build, the CPU kernels it picks, and the threads the warm start trained with."""
+    """The torch build and the CPU kernels it picks."""
     capability = torch.backends.cpu.get_cpu_capability()
     if capability.startswith("AVX512"):
         capability += f" ({avx512_extensions()})"
-    return f"torch {torch.__version__}, {capability}, {THREADS} threads"
+    return f"torch {torch.__version__}, {capability}"
 
 
-def two_steps(warm_model, out, algo: str, mode: str) -> str:
+@pytest.fixture(scope="module")
+def earning_model(tmp_path_factory):
+    """The warm start whose runs earn reward (module docstring), trained on one thread."""
+    from rspo.sft import run_sft
+
+    out = tmp_path_factory.mktemp("earning") / "sft"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    run_sft(small_config("sft.episodes=150", *WARM_SFT, *EARNING), out, progress=False)
+    torch.set_num_threads(threads)
+    return out
+
+
+def two_steps(warm_model, out, algo: str, mode: str) -> tuple[str, list[dict]]:
+    """The run's hash, and its metrics at both iterations."""
     cfg = small_config(
         f"algo.name={algo}",
         f"reward.mode={mode}",
         f"model.init_from={warm_model}",
         f"train.output_dir={out}",
+        *EARNING,
         "train.minibatches=2",
-        "rollout.max_turns=4",
+        "rollout.num_tasks=4",
         "rollout.group_size=3",
         "rspo.explorer_rollouts=2",
         "rspo.replay_per_task=1",
         "rspo.buffer_successes_only=false",
         "rspo.explorer_warmup_steps=1",
         "rspo.sync_every=2",
+        "rspo.expert_fraction=0.5" if mode == "rspo" else "rspo.expert_fraction=0",
     )
     torch.manual_seed(0)
     run = setup(cfg)
@@ -167,8 +148,8 @@ def two_steps(warm_model, out, algo: str, mode: str) -> str:
             for p in run.policy.parameters_of(name):
                 h.update(p.detach().float().cpu().numpy().tobytes())
         for metrics in history:
-            h.update(repr([(k, float(metrics[k]).hex() if k in metrics else None) for k in METRICS]).encode())
-        return h.hexdigest()
+            h.update(repr([(k, float(metrics[k]).hex() if k in metrics else None) for k in metrics_of(mode)]).encode())
+        return h.hexdigest(), history
     finally:
         run.pool.close()
 
@@ -181,18 +162,28 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_every_mode_and_algorithm_reproduces_its_hash(warm_model, tmp_path, one_thread):
+def test_every_mode_and_algorithm_reproduces_its_hash(earning_model, tmp_path, one_thread):
     record = os.environ.get("RSPO_RECORD_REGRESSION") == "1"
     if fingerprint() not in EXPECTED and not record:
         pytest.skip(
-            f"hashes recorded on {', '.join(EXPECTED)}; this is {fingerprint()}: RSPO_RECORD_REGRESSION=1 to record"
+            f"hashes recorded on {', '.join(EXPECTED) or 'no machine'}; this is {fingerprint()}: "
+            "RSPO_RECORD_REGRESSION=1 to record"
         )
-    got = {(a, m): two_steps(warm_model, tmp_path / f"{a}-{m}", a, m) for a in ALGOS for m in MODES}
+    runs = {(a, m): two_steps(earning_model, tmp_path / f"{a}-{m}", a, m) for a in ALGOS for m in MODES}
+    # the runs earned: an outcome and a process reward reached a trained row (else every mode would hash alike)
+    history = runs["grpo", "outcome"][1]
+    assert any(h["rollout/return"] > 0 for h in history) and any(h["rollout/process_return"] != 0 for h in history)
+    got = {key: digest for key, (digest, _) in runs.items()}
     if record:
         print(f"\nEXPECTED[{fingerprint()!r}] = {{")
         for key, value in got.items():
             print(f"    {key!r}: {value!r},")
         print("}")
+    # every (algorithm, mode) its own hash, but group_swap's: no group of these runs holds both
+    # a success and a failure with process reward, so it trains as outcome (or, without a
+    # success, as process) does; its routing has its own hash in EXPECTED_LEARNER_DATA
+    distinct = {key: digest for key, digest in got.items() if key[1] != "group_swap"}
+    assert len(set(distinct.values())) == len(distinct)
     assert got == EXPECTED[fingerprint()]
 
 
@@ -200,6 +191,7 @@ EXPECTED_LEARNER_DATA = {  # elementwise float32 arithmetic only: the same on ev
     "outcome": "7d7402bed828d6c6149f6b9e69482697a77044d2804f97f9791595a62806c8e6",
     "process": "9ac6e1472790de80175c9dcd6c4cdc024f76cacd6fefd0fd86432df12d9edcca",
     "shaped": "470a95f5df9dddbc73ded8265fd423775a1a3965bf7e0813fab2bce9f2130c49",
+    "group_swap": "4b8c316b275bc24ae7625ae004576fd31c0693017863a8fe94ae0936f5aa97a3",
     "rspo": "69a3f72b88ab0217e9fc7e104d5c6d74c4d4a1ee7879f7307ad77d55fc7720c5",
 }
 
@@ -216,6 +208,8 @@ def synthetic_batch(n: int = 40, seed: int = 0) -> TurnBatch:
             "process": torch.randn(n, generator=g),
             "valid": torch.rand(n, generator=g) > 0.2,
             "source": torch.randint(0, 3, (n,), generator=g),
+            "traj_id": torch.arange(n) // 2,  # two-turn trajectories, three to a group
+            "group_id": torch.arange(n) // 6,
         }
     )
 
@@ -235,8 +229,10 @@ def learner_data_hash(mode: str) -> str:
     h = hashlib.sha256()
     for name, d in data.items():
         h.update(name.encode())
-        for f in fields(d):
-            h.update(f.name.encode() + getattr(d, f.name).float().numpy().tobytes())
+        for field in ("rows", "reward", "offpolicy"):  # no off-policy rows (None) hashes as a mask of none
+            value = getattr(d, field)
+            value = torch.zeros_like(d.rows) if value is None else value
+            h.update(field.encode() + value.float().numpy().tobytes())
     return h.hexdigest()
 
 

@@ -328,10 +328,10 @@ def critic_step(
             loss, m = value_loss(
                 v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip
             )
-            acc.backward(loss * len(rows) / len(mb))
+            acc.backward(loss * (len(rows) / len(mb)))
         m = {"loss/value": m.pop("critic/value_loss")} | m
         for k, t in m.items():
-            sums[k] = sums.get(k, 0.0) + t * len(rows) / len(mb)
+            sums[k] = sums.get(k, 0.0) + t * (len(rows) / len(mb))
     params, terms = optimized(learner.critic_optimizer), torch.stack(list(sums.values()))
     host = optimizer_step(acc, learner.critic_optimizer, params, cfg.train.max_grad_norm, skip, terms)
     return None if host is None else dict(zip(sums, host[1:]))
