@@ -178,7 +178,7 @@ def instrument(profile: Profile, captured: dict) -> None:
     for module in (rspo.train, rspo.eval):  # each calls collect by the name it imported
         wrap(module, "collect", profile, "rollout other")
     wrap(rspo.train, "update_learner", profile, "update other")
-    wrap(rspo.update, "learner_advantages", profile, "rewards/advantages")
+    wrap(rspo.train, "learner_advantages", profile, "rewards/advantages")  # rl_step calls it
     wrap(rspo.update, "optimizer_step", profile, "update optimizer")
     wrap(accelerate.Accelerator, "backward", profile, "update backward")
 

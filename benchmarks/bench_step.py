@@ -28,6 +28,7 @@ import time
 import torch
 from common import default_model_config
 
+import rspo.train
 from rspo.train import rl_step, setup
 
 ALGOS = ["grpo", "ppo", "gigpo"]
@@ -44,6 +45,7 @@ BASE = [  # on top of configs/default.yaml (its tiny model, untrained)
     "train.lr=0.001",
     "sft.episodes=0",
     "eval.num_tasks=1",
+    "eval.splits=[test]",  # WebShop's (configs/default.yaml lists ALFWorld's)
     "log.progress=false",
     "log.tensorboard=false",
     "log.sample_every=0",
@@ -51,18 +53,30 @@ BASE = [  # on top of configs/default.yaml (its tiny model, untrained)
 
 
 def time_steps(overrides: list[str], steps: int) -> list[dict[str, float]]:
-    """Metrics of `steps` timed `rl_step`s after one warm-up step."""
+    """Metrics of `steps` timed `rl_step`s after one warm-up step, each with "adv_s": the
+    seconds its learners spent in `learner_advantages` (the base algorithm's estimator)."""
+    real, spent = rspo.train.learner_advantages, []
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = real(*args, **kwargs)
+        spent.append(time.perf_counter() - t0)
+        return out
+
+    rspo.train.learner_advantages = timed
     with tempfile.TemporaryDirectory() as out:
         run = setup(default_model_config(*BASE, *overrides, f"train.output_dir={out}"))
         try:
             history = []
             for i in range(steps + 1):
-                metrics = rl_step(run)
+                spent.clear()
+                metrics = rl_step(run) | {"adv_s": sum(spent)}
                 run.step += 1
                 if i:  # step 0 is the warm-up
                     history.append(metrics)
             return history
         finally:
+            rspo.train.learner_advantages = real
             run.logger.close()
             run.pool.close()
 
@@ -75,7 +89,7 @@ def summarize(history: list[dict[str, float]]) -> dict[str, float]:
     row["other"] = row["step"] - row["gen"] - row["env"] - row["update"]
     row["spread"] = (max(steps) - min(steps)) / row["step"]
     # the advantage estimators (target and explorer learners), part of "update"
-    row["adv"] = statistics.mean(sum(v for k, v in m.items() if k.endswith("perf/time_advantages_s")) for m in history)
+    row["adv"] = statistics.mean(m["adv_s"] for m in history)
     return row
 
 

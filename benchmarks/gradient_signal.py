@@ -46,7 +46,7 @@ from rspo.algorithms import turns_from_batch
 from rspo.envs.pool import EnvPool
 from rspo.rewards.modes import MODES
 from rspo.stats import bootstrap_mean
-from rspo.update import learner_advantages, micro_loss, row_weights
+from rspo.update import learner_advantages, loss_settings, micro_loss, row_weights
 
 
 def pair_cosine(grads: np.ndarray) -> np.ndarray:
@@ -110,8 +110,7 @@ def half_gradients(policy, cfg, batch, shuffle: bool, gen: torch.Generator) -> t
         if adv[rows].abs().max() == 0:
             continue
         x = batch.select(rows).trim().to(policy.device)
-        off = torch.zeros(len(rows), dtype=torch.bool)
-        loss, _ = micro_loss(policy, "target", x, adv[rows], off, weights[rows], cfg)
+        loss, _ = micro_loss(policy, "target", x, adv[rows], weights[rows], None, **loss_settings(cfg.algo))
         g = torch.autograd.grad(loss, params, allow_unused=True)
         flat = [(d if d is not None else torch.zeros_like(p)).flatten() for d, p in zip(g, params)]
         grads.append(torch.cat(flat).double().cpu().numpy())

@@ -12,7 +12,7 @@ from rspo.algorithms.losses import (
     masked_mean,
     policy_loss,
 )
-from rspo.algorithms.offpolicy import offpolicy_token_loss
+from rspo.algorithms.offpolicy import OffPolicy, offpolicy_token_loss
 
 ln = math.log
 
@@ -77,24 +77,16 @@ BEHAVIOR = torch.tensor([[ln(0.5), ln(0.1)]])
 
 
 def offpolicy_loss(logp, method, behavior=BEHAVIOR, adv=(1.0,), **kw):
-    """`policy_loss` with every row off-policy, all tokens masked in."""
+    """`policy_loss` with every row off-policy, all tokens masked in; `kw`: `OffPolicy`'s settings."""
     n = logp.shape[0]
-    return policy_loss(
-        logp,
-        behavior,
-        torch.tensor(adv),
-        torch.ones(n, 2),
-        clip_ratio=0.2,
-        offpolicy=torch.ones(n, dtype=torch.bool),
-        offpolicy_method=method,
-        **kw,
-    )
+    off = OffPolicy(torch.ones(n, dtype=torch.bool), method, **kw)
+    return policy_loss(logp, behavior, torch.tensor(adv), torch.ones(n, 2), clip_ratio=0.2, offpolicy=off)
 
 
 def test_offpolicy_clip():
     # c = 2: w = min(rho, 2) = (0.8, 2.0);  A = 1: loss = -(0.8 + 2.0) / 2 = -1.4
     logp = lp(0.4, 0.5)
-    loss, m = offpolicy_loss(logp, "clip", offpolicy_clip=2.0)
+    loss, m = offpolicy_loss(logp, "clip", clip=2.0)
     torch.testing.assert_close(loss, torch.tensor(-1.4))
     assert m["offpolicy/truncated_frac"] == pytest.approx(0.5)
     assert m["offpolicy/weight_mean"] == pytest.approx(1.4)
@@ -168,10 +160,11 @@ def test_onpolicy_rows_unchanged_by_the_flag():
     logp, old = torch.randn(4, 5, generator=g) * 0.3, torch.randn(4, 5, generator=g) * 0.3
     adv, mask = torch.randn(4, generator=g), (torch.rand(4, 5, generator=g) > 0.2).float()
     base, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2)
-    flagged, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2, offpolicy=torch.zeros(4, dtype=torch.bool))
+    none_off = OffPolicy(torch.zeros(4, dtype=torch.bool))
+    flagged, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2, offpolicy=none_off)
     torch.testing.assert_close(flagged, base)
     # mixed: rows 0-1 PPO, rows 2-3 off-policy; the token-mean weighs both by token count
-    off = torch.tensor([False, False, True, True])
+    off = OffPolicy(torch.tensor([False, False, True, True]))
     mixed, _ = policy_loss(logp, old, adv, mask, clip_ratio=0.2, offpolicy=off)
     on_part, _ = policy_loss(logp[:2], old[:2], adv[:2], mask[:2], clip_ratio=0.2)  # its own token-mean
     off_tok, _ = offpolicy_token_loss(logp[2:], old[2:], adv[2:])
@@ -186,7 +179,7 @@ def test_offpolicy_token_frac_counts_tokens_whatever_their_weight():
     # with the total clamped at 1, 0.1 / 1)
     logp = torch.zeros(2, 3)
     mask = torch.tensor([[0.1, 0.1, 0.0], [0.05, 0.05, 0.0]])
-    off = torch.tensor([False, True])
+    off = OffPolicy(torch.tensor([False, True]))
     _, m = policy_loss(logp, logp, torch.tensor([1.0, 1.0]), mask, clip_ratio=0.2, offpolicy=off)
     assert m["offpolicy/token_frac"] == pytest.approx(0.5)
 
@@ -249,10 +242,11 @@ def test_sampled_nll_hand_computed_leaves_out_offpolicy_rows():
     rows = Rows([0, 1, 2], [2, 1, 2])
     rows.behavior_logprobs = torch.tensor([[-1.0, -3.0], [-0.5, -9.0], [-7.0, -7.0]])  # -9.0: padding
     # all rows the learner's own: (1 + 3 + 0.5 + 7 + 7) / 5 tokens = 3.7
-    torch.testing.assert_close(sampled_nll(rows, torch.tensor([False, False, False])), torch.tensor(3.7))
+    torch.testing.assert_close(sampled_nll(rows, None), torch.tensor(3.7))
+    torch.testing.assert_close(sampled_nll(rows, OffPolicy(torch.tensor([False, False, False]))), torch.tensor(3.7))
     # row 2 the explorer's (RSPO): (1 + 3 + 0.5) / 3 = 1.5
-    torch.testing.assert_close(sampled_nll(rows, torch.tensor([False, False, True])), torch.tensor(1.5))
-    torch.testing.assert_close(sampled_nll(rows, torch.tensor([True, True, True])), torch.tensor(0.0))
+    torch.testing.assert_close(sampled_nll(rows, OffPolicy(torch.tensor([False, False, True]))), torch.tensor(1.5))
+    torch.testing.assert_close(sampled_nll(rows, OffPolicy(torch.tensor([True, True, True]))), torch.tensor(0.0))
 
 
 def test_trajectory_mean_removes_the_long_failure_bias():

@@ -45,7 +45,7 @@ def test_single_learner_modes_train_the_target_on_its_own_rows(name, reward):
     data = m.learner_data(ROWS, step=0)
     assert list(data) == ["target"]
     d = data["target"]
-    assert d.rows.tolist() == [True, True, False, False] and not d.offpolicy.any()
+    assert d.rows.tolist() == [True, True, False, False] and d.offpolicy is None  # no off-policy code runs
     torch.testing.assert_close(d.reward[d.rows], torch.tensor(reward))
 
 
@@ -56,10 +56,11 @@ def test_rspo_swaps_the_explorer_rows_to_the_outcome():
     assert list(data) == ["target", "explorer"]  # the update order
     target, explorer = data["target"], data["explorer"]
     # target: every row, 10 * outcome - penalty; the explorer's and the replayed rows are off-policy
-    assert target.rows.all() and target.offpolicy.tolist() == [False, False, True, True]
+    assert target.rows.all() and target.offpolicy.rows.tolist() == [False, False, True, True]
+    assert (target.offpolicy.method, target.offpolicy.clip) == ("clip", 2.0)  # rspo.offpolicy, rspo.offpolicy_clip
     torch.testing.assert_close(target.reward, torch.tensor([10.0, -0.1, 10.0, 0.0]))
     # explorer: its own row only, 2 * process = 0.8
-    assert explorer.rows.tolist() == [False, False, True, False] and not explorer.offpolicy.any()
+    assert explorer.rows.tolist() == [False, False, True, False] and explorer.offpolicy is None
     torch.testing.assert_close(explorer.reward[explorer.rows], torch.tensor([0.8]))
 
 
@@ -128,7 +129,8 @@ JOIN = grouped([0.0, 1.0, 1.0, 1.0, 1.0, 0.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [
 def test_rspo_join_picks_the_target_rows(rule, rows):
     data = mode("rspo", f"rspo.join={rule}").learner_data(JOIN, step=0)
     assert data["target"].rows.tolist() == [bool(r) for r in rows]
-    assert data["target"].offpolicy.tolist() == [False, True, True, False, True, True]  # as before: not the target's
+    # off-policy as before: every row not the target's
+    assert data["target"].offpolicy.rows.tolist() == [False, True, True, False, True, True]
     assert data["explorer"].rows.tolist() == [False, True, False, False, True, True]  # the expert trains no explorer
 
 

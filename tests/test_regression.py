@@ -48,7 +48,7 @@ ALGOS = ["grpo", "gigpo", "ppo"]
 EARNING = ["env.webshop.max_option_types=0", "rollout.max_turns=6"]
 # A fixed list, so that metrics added later do not change the hashes (an explorer key is
 # absent in the single-learner modes, the target's in RSPO's warm-up step: absent is hashed
-# too). The off-policy metrics exist only where a learner has off-policy rows (RSPO).
+# too). The off-policy metrics exist only where a learner has off-policy rows (RSPO's target).
 ROLLOUT = ["rollout/success_rate", "rollout/return", "rollout/process_return", "rollout/turns",
            "rollout/invalid_action_rate"]  # fmt: skip
 UPDATE = ["loss/policy", "loss/grad_norm", "loss/value", "policy/clip_frac", "policy/approx_kl", "policy/ratio_mean",
@@ -57,8 +57,9 @@ OFFPOLICY = ["offpolicy/token_frac", "offpolicy/weight_mean", "offpolicy/ratio_m
 
 
 def metrics_of(mode: str) -> list[str]:
-    keys = ROLLOUT + UPDATE + (OFFPOLICY if mode == "rspo" else [])
-    return [p + k for p in ("", "explorer/") for k in keys] + ["rollout/env_steps_total", "rollout/env_faults"]
+    target = ROLLOUT + UPDATE + (OFFPOLICY if mode == "rspo" else [])
+    explorer = ["explorer/" + k for k in ROLLOUT + UPDATE]
+    return target + explorer + ["rollout/env_steps_total", "rollout/env_faults"]
 
 
 # Per machine kind (`fingerprint()`).
@@ -68,17 +69,17 @@ EXPECTED = {
         ("grpo", "process"): "70b804dfba0346febc1e98e0778af64bb42ba6c5c46a5486c2c20d4f7a2923b8",
         ("grpo", "shaped"): "2a3830dc2903af5950f7e6a34dd5493bb08fdb95b83373641eb838e75428c4d2",
         ("grpo", "group_swap"): "1932c4bc5de280c78122d50fc6136bd7ef0ef69b9c7bdc1a694a439e7021a3cc",
-        ("grpo", "rspo"): "6b9c6850c4a058657f607de6e5ca3dc3e016ac076dabbc9a416270fd8c56239c",
+        ("grpo", "rspo"): "e4daf519b20a1af56425e0b7c65585bb3d4ed7c4b42fc87832cd9ea81388c892",
         ("gigpo", "outcome"): "a05c9df544f56d5ce71e7fe8fef8575ef0bedd3659827d694fc1abf8ec066705",
         ("gigpo", "process"): "4c9a80a0236c37cf407c36b8849be4e68f5430f6ef42ad81b3c173eae0578090",
         ("gigpo", "shaped"): "37b09d64ebd84397c39f795ed6d9c356b6c698b5eeae8f013427804439e5a934",
         ("gigpo", "group_swap"): "a05c9df544f56d5ce71e7fe8fef8575ef0bedd3659827d694fc1abf8ec066705",
-        ("gigpo", "rspo"): "dbab32a433373d1d086d35ed4edcac27b512cacd3390e4e3a39aa27101d34757",
+        ("gigpo", "rspo"): "ab04963d2e39c04ea65dd2d164f1b4f720e30777b630fe8707aeb622d5db0382",
         ("ppo", "outcome"): "645ca48a089e0869902c71780e221063b818e5521295f3a10bdccb2db20cbbad",
         ("ppo", "process"): "1fe44f646d9a341f7852df0b62b5f4f29c4a79f2a5c9603377ecb9959394363a",
         ("ppo", "shaped"): "c7644fd1b7c2526f7ba4e1bcc00f01e43da9509fa44e48e784e018a3bdca83de",
         ("ppo", "group_swap"): "1fe44f646d9a341f7852df0b62b5f4f29c4a79f2a5c9603377ecb9959394363a",
-        ("ppo", "rspo"): "89311bf55188c336a043972a6cb5e21714595cdf00bbd4ddf15de4b013a2612e",
+        ("ppo", "rspo"): "1aed7efa7f3055f2857794b4f8a102e1115471a6a987b43a6f037a86520f37e5",
     },
 }
 
@@ -229,9 +230,10 @@ def learner_data_hash(mode: str) -> str:
     h = hashlib.sha256()
     for name, d in data.items():
         h.update(name.encode())
-        for field in ("rows", "reward", "offpolicy"):  # no off-policy rows (None) hashes as a mask of none
+        for field in ("rows", "reward", "offpolicy"):
             value = getattr(d, field)
-            value = torch.zeros_like(d.rows) if value is None else value
+            if field == "offpolicy":  # its rows; None (no off-policy rows) hashes as a mask of none
+                value = torch.zeros_like(d.rows) if value is None else value.rows
             h.update(field.encode() + value.float().numpy().tobytes())
     return h.hexdigest()
 

@@ -30,7 +30,12 @@ def base_weights(policy):
 
 @pytest.mark.parametrize("mode", ["outcome", "rspo"])
 @pytest.mark.parametrize("algo", ["grpo", "ppo", "gigpo"])
-def test_two_steps_train_every_algorithm(warm_model, tmp_path, algo, mode):
+def test_two_steps_train_every_algorithm(warm_model, tmp_path, monkeypatch, algo, mode):
+    import rspo.algorithms.losses
+
+    real, offpolicy_calls = rspo.algorithms.losses.offpolicy_token_loss, []
+    monkeypatch.setattr(rspo.algorithms.losses, "offpolicy_token_loss",
+                        lambda *a, **k: offpolicy_calls.append(1) or real(*a, **k))  # fmt: skip
     cfg = small_config(
         f"algo.name={algo}",
         f"reward.mode={mode}",
@@ -77,6 +82,9 @@ def test_two_steps_train_every_algorithm(warm_model, tmp_path, algo, mode):
             assert "explorer/loss/policy" in history[-1] and "explorer/rollout/success_rate" in history[-1]
             assert len(run.mode.buffer) > 0  # explorer trajectories stored for replay
             assert history[-1]["offpolicy/token_frac"] > 0  # explorer/replayed turns in the target's loss
+        else:  # a single learner samples every row it trains on: RSPO's off-policy code never runs
+            assert not offpolicy_calls and not any(k.startswith("offpolicy/") for m in history for k in m)
+        assert bool(offpolicy_calls) == (mode == "rspo")
     finally:
         run.pool.close()
 
@@ -182,7 +190,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(warm_model, tmp_path
     from rspo.batch import TARGET
     from rspo.rollout import Plan, collect
     from rspo.train import sample_tasks
-    from rspo.update import policy_step, row_weights
+    from rspo.update import policy_update, row_weights
 
     cfg = small_config(f"model.init_from={warm_model}", f"train.output_dir={tmp_path}", f"algo.loss_agg={agg}")
     run = setup(cfg)
@@ -194,7 +202,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(warm_model, tmp_path
         grads = []
         monkeypatch.setattr(learner.optimizer, "step", lambda: grads.append([p.grad.clone() for p in params]))
         adv = torch.randn(len(batch), generator=torch.Generator().manual_seed(0))
-        args = (batch, adv, torch.zeros(len(batch), dtype=torch.bool), row_weights(batch, agg))
+        args = (batch, adv, row_weights(batch, agg), None)  # every row on-policy
         syncs = {"item": 0, "tolist": 0}  # host syncs on a GPU (.item() / .tolist() of a device tensor)
         for name in syncs:
             real = getattr(torch.Tensor, name)
@@ -203,7 +211,7 @@ def test_micro_batches_accumulate_to_the_minibatch_gradient(warm_model, tmp_path
         metrics = []
         for size in (len(batch), 1, 3):  # one micro-batch, then row by row, then uneven chunks
             cfg.train.micro_batch = size
-            metrics.append(policy_step(run.acc, run.policy, learner, *args, cfg))
+            metrics.append(policy_update(run.acc, run.policy, learner, *args, cfg, False))
         # the loss terms reach the host once per minibatch (with the grad norm), not per micro-batch
         assert syncs == {"item": 0, "tolist": 3}
         for m in metrics[1:]:

@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 
 from rspo import config_rules
+from rspo.algorithms import ALGORITHMS
+from rspo.algorithms.offpolicy import METHODS
 
 
 def cache_dir() -> Path:
@@ -274,12 +276,12 @@ CHOICES: dict[str, list[str]] = {
     "env.webshop.outcome": ["success", "score"],
     "env.webshop.backend": ["generated", "real"],
     "env.webshop.expert": ["oracle", "reader"],
-    "algo.name": ["grpo", "ppo", "gigpo"],
+    "algo.name": list(ALGORITHMS),
     "rollout.behavior_logprobs": ["forward", "sampler"],
     "algo.norm": ["mean_std", "mean"],
     "algo.loss_agg": ["token_mean", "trajectory_mean"],
     "reward.mode": ["outcome", "process", "shaped", "rspo", "group_swap"],
-    "rspo.offpolicy": ["clip", "shaping", "positive_only", "ppo"],
+    "rspo.offpolicy": METHODS,
     "rspo.join": ["all", "successes", "rescues"],
     "rspo.explorer_reward": ["process", "shaped"],
     "env.alfworld.task_types": ALFWORLD_TASK_TYPES,

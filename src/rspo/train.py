@@ -22,7 +22,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, DistributedType, gather_object, set_seed
 
 from rspo import checkpoint
-from rspo.algorithms import ALGORITHMS
+from rspo.algorithms import ALGORITHMS, turns_from_batch
 from rspo.batch import EXPERT, EXPLORER, TARGET
 from rspo.config import Config, ConfigError, dump
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
@@ -31,7 +31,7 @@ from rspo.multinode import checked_everywhere, main_decides, share_dir
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
 from rspo.rollout import collect
-from rspo.update import Learner, make_learner, update_learner
+from rspo.update import Learner, critic_values, learner_advantages, make_learner, update_learner
 
 CONSOLE_KEYS = [
     "rollout/success_rate",
@@ -134,51 +134,53 @@ def sample_tasks(run: Run) -> list[tuple[str, int]]:
 
 
 def rl_step(run: Run) -> dict[str, float]:
-    """One iteration: rollout, rewards, advantages, updates. Returns its metrics.
-    Who samples, which rows and rewards each learner gets, and what follows the update
-    are the reward mode's (`rspo.rewards.modes`)."""
-    cfg, mode, t0 = run.cfg, run.mode, time.perf_counter()
+    """One iteration, in order: who samples (the reward mode's plans), the rollout, each
+    learner's rows and rewards (the reward mode's: RSPO's swap), the base algorithm's
+    advantages over them, the learner's update, what follows (RSPO: the buffer, the sync).
+    Returns its metrics. It never branches on the algorithm or the reward mode."""
+    cfg, mode, policy, t0 = run.cfg, run.mode, run.policy, time.perf_counter()
     tasks = sample_tasks(run)
-    with run.policy.gathered():  # FSDP: each rank runs its own number of generate calls
-        ro = collect(
-            run.policy,
-            run.pool,
-            cfg.env.name,
-            tasks,
-            mode.plans(run.step),
-            cfg.rollout,
-            temperature=cfg.rollout.temperature,
-            max_turns=run.max_turns,
-            progress=cfg.log.progress,
-        )
-    batch, metrics = ro.batch, rollout_metrics(ro, cfg)
-    faults = sum(bool(t.fault) for t in ro.trajectories)  # trajectories whose env failed (ended as failed)
-    counts = gather_object([(int(ro.timing["env_steps"]), faults)])  # every rank's (env steps, faults)
-    run.env_steps += sum(steps for steps, _ in counts)
-    metrics["rollout/env_steps_total"] = float(run.env_steps)
-    metrics["rollout/env_faults"] = float(sum(f for _, f in counts))
-    batch = mode.complete(batch, tasks, run.step, run.policy.tokenizer.pad_token_id)  # RSPO: + replayed rows
-    metrics |= signal_metrics(*trajectories_of(batch))  # where the outcome's signal came from (rspo.rewards.signal)
-    data = mode.learner_data(batch, run.step)  # the learners that train this step, in order
+    with policy.gathered():  # FSDP: each rank runs its own number of generate calls
+        plans = mode.plans(run.step)  # which policies sample, how many trajectories a task
+        ro = collect(policy, run.pool, cfg.env.name, tasks, plans, cfg.rollout, temperature=cfg.rollout.temperature,
+                     max_turns=run.max_turns, progress=cfg.log.progress)  # fmt: skip
+    batch = mode.complete(ro.batch, tasks, run.step, policy.tokenizer.pad_token_id)  # RSPO: + replayed rows
+    metrics = rollout_metrics(ro) | count_env_steps(run, ro) | signal_metrics(*trajectories_of(batch))
     t_update = time.perf_counter()
-    for name, share in data.items():
-        learner = run.learners[name]
-        metrics |= update_learner(run.acc, run.policy, learner, batch, share, cfg, prefix=learner.prefix)
-    mode.after_update(run.policy, batch, ro.trajectories, run.step)  # RSPO: buffer, sync
-    metrics |= {
-        "perf/time_generate_s": ro.timing["generate"],
-        "perf/time_env_s": ro.timing["env"] + ro.timing["reset"],
-        "perf/time_update_s": time.perf_counter() - t_update,
-        "perf/tokens_per_s": ro.timing["tokens"] / max(ro.timing["generate"], 1e-9),
-        "perf/env_steps_per_s": ro.timing["env_steps"] / max(ro.timing["env"], 1e-9),
-        "perf/step_s": time.perf_counter() - t0,
-    }
+    for name, data in mode.learner_data(batch, run.step).items():  # the learners that train, in order
+        learner, (view, reward, offpolicy) = run.learners[name], data.of(batch)
+        values = critic_values(policy, learner.critic, view, cfg.train.micro_batch)  # PPO's critic, else None
+        adv, returns = learner_advantages(turns_from_batch(view, reward, values), cfg.algo)  # ALGORITHMS[algo.name]
+        m = update_learner(run.acc, policy, learner, view, reward, adv, returns, values, offpolicy, cfg)
+        metrics |= {learner.prefix + k: v for k, v in m.items()}
+    mode.after_update(policy, batch, ro.trajectories, run.step)  # RSPO: store the explorer's trajectories, sync
+    metrics |= perf_metrics(ro.timing, t_update - t0, time.perf_counter() - t_update)
     if cfg.log.sample_every and run.step % cfg.log.sample_every == 0 and ro.trajectories:
         run.logger.text("samples/trajectory", format_transcript(ro.trajectories[0]), run.step)
     return metrics
 
 
-def rollout_metrics(ro, cfg: Config) -> dict[str, float]:
+def count_env_steps(run: Run, ro) -> dict[str, float]:
+    """Add this iteration's env steps (every rank's) to the run's; the total and the env faults."""
+    faults = sum(bool(t.fault) for t in ro.trajectories)  # trajectories whose env failed (ended as failed)
+    counts = gather_object([(int(ro.timing["env_steps"]), faults)])  # every rank's (env steps, faults)
+    run.env_steps += sum(steps for steps, _ in counts)
+    return {"rollout/env_steps_total": float(run.env_steps), "rollout/env_faults": float(sum(f for _, f in counts))}
+
+
+def perf_metrics(timing: dict[str, float], before_update: float, update: float) -> dict[str, float]:
+    """Seconds per phase and throughput, from the rollout's `timing` and the update's seconds."""
+    return {
+        "perf/time_generate_s": timing["generate"],
+        "perf/time_env_s": timing["env"] + timing["reset"],
+        "perf/time_update_s": update,
+        "perf/tokens_per_s": timing["tokens"] / max(timing["generate"], 1e-9),
+        "perf/env_steps_per_s": timing["env_steps"] / max(timing["env"], 1e-9),
+        "perf/step_s": before_update + update,
+    }
+
+
+def rollout_metrics(ro) -> dict[str, float]:
     """`rollout/…` for the target's trajectories, `explorer/rollout/…` for the explorer's,
     `expert/rollout/…` for the expert's (RSPO's ceiling)."""
     out = {}

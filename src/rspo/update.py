@@ -1,4 +1,5 @@
-"""One learner's update: advantages, then epochs × minibatches of clipped-ratio steps.
+"""One learner's update: epochs × minibatches of clipped-ratio steps (`update_learner`),
+each one accumulate-and-step (`step`) for the policy and, with PPO, for its critic.
 
 A minibatch is split into micro-batches of `train.micro_batch` sequences (gradient
 accumulation); each micro-batch's (weighted) token-mean loss is weighted by its share of
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -34,12 +34,12 @@ from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
-from rspo.algorithms import ALGORITHMS, Turns, turns_from_batch
+from rspo.algorithms import ALGORITHMS, Turns
 from rspo.algorithms.losses import low_var_kl, masked_mean, policy_loss
+from rspo.algorithms.offpolicy import OffPolicy
 from rspo.algorithms.ppo import value_loss, whiten
 from rspo.batch import TurnBatch
 from rspo.policy import critic_name
-from rspo.rewards.modes import LearnerData
 from rspo.segment import Segments
 from rspo.sharding import fsdp_modules, full_optimizer_state, gradient_sync_off, load_full_optimizer_state
 
@@ -124,65 +124,20 @@ def accumulate(acc, net, n: int, micro_batch: int):
         yield rows, contextlib.nullcontext() if i == len(parts) - 1 else no_sync(net)
 
 
+def prompt_values(policy, critic: str, x: TurnBatch) -> Tensor:
+    """(n,) the critic's value of each row's prompt (the turn's state)."""
+    return policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], critic)
+
+
 @torch.no_grad()
-def critic_values(policy, critic: str, batch: TurnBatch, micro_batch: int) -> Tensor:
-    """(N,) the critic's value of each turn's prompt."""
-    out = []
-    for rows in chunks(torch.arange(len(batch)), micro_batch):
-        x = batch.select(rows).trim().to(policy.device)
-        out.append(policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], critic).float())
-    return torch.cat(out).cpu()
-
-
-def update_learner(acc, policy, learner: Learner, batch: TurnBatch, data: LearnerData, cfg, prefix: str = ""):
-    """Estimate advantages for `learner`'s rows and train it on them. Returns metrics."""
-    view = batch.select(data.rows)
-    # Every rank must run the same number of synchronized backward passes (DDP all-reduces
-    # in each): the minibatch count comes from the smallest rank's row count.
-    num_rows = int(acc.gather(torch.tensor([len(view)], device=acc.device)).min())
-    minibatches = min(cfg.train.minibatches, num_rows)
-    if minibatches == 0:
-        return {}
-    a = cfg.algo
+def critic_values(policy, critic: str | None, batch: TurnBatch, micro_batch: int) -> Tensor | None:
+    """(N,) the critic's value of each turn's prompt, at rollout time; None without a critic."""
+    if critic is None:
+        return None
+    parts = chunks(torch.arange(len(batch)), micro_batch)
     with policy.gathered():
-        values = critic_values(policy, learner.critic, view, cfg.train.micro_batch) if learner.critic else None
-    turns = turns_from_batch(view, data.reward[data.rows], values)
-    t_adv = time.perf_counter()
-    adv, returns = learner_advantages(turns, a)
-    t_adv = time.perf_counter() - t_adv
-    offpolicy = data.offpolicy[data.rows]
-    weights = row_weights(view, a.loss_agg)
-    # CPU tensors: no device sync. A NaN/inf here skips every update below, on every rank.
-    bad_inputs = not all(bool(t.isfinite().all()) for t in (data.reward[data.rows], adv, returns) if t is not None)
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    skipped = 0
-    bar = tqdm(
-        total=cfg.train.epochs * minibatches, desc=f"update {learner.name}", disable=not cfg.log.progress, leave=False
-    )
-    for _ in range(cfg.train.epochs):
-        for mb in torch.randperm(len(view)).tensor_split(minibatches):
-            x = view.select(mb)
-            with policy.gathered():  # FSDP: gathered anew per minibatch (the last step changed the shards)
-                results = [policy_step(acc, policy, learner, x, adv[mb], offpolicy[mb], weights[mb], cfg, bad_inputs)]
-                if learner.critic:
-                    results.append(critic_step(acc, policy, learner, x, values[mb], returns[mb], cfg, bad_inputs))
-            for m in results:
-                for k, v in (m or {}).items():
-                    sums[k], counts[k] = sums.get(k, 0.0) + v, counts.get(k, 0) + 1
-            skipped += count_skip(learner, None in results, cfg.train.max_skipped_updates)
-            bar.update(1)
-    bar.close()
-    metrics = {k: v / counts[k] for k, v in sums.items()}  # averages over the updates applied
-    metrics |= {
-        "train/skipped_updates": float(skipped),
-        "adv/mean": adv.mean().item(),
-        "adv/abs_mean": adv.abs().mean().item(),
-        "policy/sampled_nll": sampled_nll(view, offpolicy).item(),
-        "reward/turn_mean": data.reward[data.rows].mean().item(),
-        "perf/time_advantages_s": t_adv,
-    }
-    return {prefix + k: v for k, v in metrics.items()}
+        values = [prompt_values(policy, critic, batch.select(r).trim().to(policy.device)).float() for r in parts]
+    return torch.cat(values).cpu() if values else torch.zeros(0)  # a rank may hold none of a learner's rows
 
 
 def learner_advantages(turns: Turns, a) -> tuple[Tensor, Tensor | None]:
@@ -196,12 +151,99 @@ def learner_advantages(turns: Turns, a) -> tuple[Tensor, Tensor | None]:
     return (whiten(adv) if a.whiten_advantages else adv), returns
 
 
-def sampled_nll(batch: TurnBatch, offpolicy: Tensor) -> Tensor:
+def loss_settings(a) -> dict[str, float]:
+    """The numbers `micro_loss` takes from the `algo` config."""
+    return {"clip_ratio": a.clip_ratio, "dual_clip": a.dual_clip, "kl_coef": a.kl_coef, "entropy_coef": a.entropy_coef}
+
+
+def update_learner(
+    acc, policy, learner: Learner, view: TurnBatch, reward: Tensor, adv: Tensor, returns: Tensor | None,
+    values: Tensor | None, offpolicy: OffPolicy | None, cfg,
+) -> dict[str, float]:  # fmt: skip
+    """Epochs x minibatches of optimizer steps for `learner` on its rows `view` (N rows): their
+    rewards and advantages (N,), for its critic (PPO) the `returns` and rollout-time `values`
+    (N,), else None; `offpolicy`: the rows it did not sample and their correction, or None.
+    Returns its metrics (averages over the updates applied)."""
+    # Every rank must run the same number of synchronized backward passes (DDP all-reduces
+    # in each): the minibatch count comes from the smallest rank's row count.
+    num_rows = int(acc.gather(torch.tensor([len(view)], device=acc.device)).min())
+    minibatches = min(cfg.train.minibatches, num_rows)
+    if minibatches == 0:
+        return {}
+    weights = row_weights(view, cfg.algo.loss_agg)  # (N,) each row's token weight
+    # CPU tensors: no device sync. A NaN/inf here skips every update below, on every rank.
+    skip = not all(bool(t.isfinite().all()) for t in (reward, adv, returns) if t is not None)
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    skipped = 0
+    bar = tqdm(total=cfg.train.epochs * minibatches, desc=f"update {learner.name}", disable=not cfg.log.progress,
+               leave=False)  # fmt: skip
+    for _ in range(cfg.train.epochs):
+        for mb in torch.randperm(len(view)).tensor_split(minibatches):
+            x, off = view.select(mb), None if offpolicy is None else offpolicy.select(mb)
+            with policy.gathered():  # FSDP: gathered anew per minibatch (the last step changed the shards)
+                results = [policy_update(acc, policy, learner, x, adv[mb], weights[mb], off, cfg, skip)]
+                if learner.critic:
+                    results.append(critic_update(acc, policy, learner, x, values[mb], returns[mb], cfg, skip))
+            for m in results:
+                for k, value in (m or {}).items():
+                    sums[k], counts[k] = sums.get(k, 0.0) + value, counts.get(k, 0) + 1
+            skipped += count_skip(learner, None in results, cfg.train.max_skipped_updates)
+            bar.update(1)
+    bar.close()
+    metrics = {k: v / counts[k] for k, v in sums.items()}
+    return metrics | {
+        "train/skipped_updates": float(skipped),
+        "adv/mean": adv.mean().item(),
+        "adv/abs_mean": adv.abs().mean().item(),
+        "policy/sampled_nll": sampled_nll(view, offpolicy).item(),
+        "reward/turn_mean": reward.mean().item(),
+    }
+
+
+def policy_update(
+    acc, policy, learner: Learner, x: TurnBatch, adv: Tensor, weights: Tensor, off: OffPolicy | None, cfg, skip: bool
+) -> dict[str, float] | None:
+    """One optimizer step of the learner's policy on minibatch `x` (n rows; `adv`, `weights`
+    (n,): advantages and token weights). Each micro-batch's token-mean loss counts by its
+    share of the minibatch's token weight. Metrics, or None when skipped."""
+    tokens = x.response_mask.sum(1) * weights  # (n,) each row's share before normalizing
+    total = tokens.sum().clamp(min=1e-12)
+    settings = loss_settings(cfg.algo)
+
+    def terms(xr: TurnBatch, r: Tensor):
+        return micro_loss(
+            policy, learner.name, xr, adv[r], weights[r], None if off is None else off.select(r), **settings
+        )
+
+    m = step(acc, policy, learner.name, learner.optimizer, x, terms, lambda r: float(tokens[r].sum() / total),
+             cfg.train, skip, "loss/grad_norm")  # fmt: skip
+    if m is not None:
+        learner.scheduler.step()
+        m["train/lr"] = learner.scheduler.get_last_lr()[0]
+    return m
+
+
+def critic_update(
+    acc, policy, learner: Learner, x: TurnBatch, values: Tensor, returns: Tensor, cfg, skip: bool
+) -> dict[str, float] | None:
+    """One optimizer step of the learner's critic on minibatch `x` (n rows; `values` (n,) at
+    rollout time, `returns` (n,) its targets), each micro-batch's loss counting by its rows."""
+
+    def terms(xr: TurnBatch, r: Tensor):
+        return critic_loss(policy, learner.critic, xr, values[r], returns[r], cfg.algo.value_clip)
+
+    return step(acc, policy, learner.critic, learner.critic_optimizer, x, terms, lambda r: len(r) / len(x),
+                cfg.train, skip, "critic/grad_norm")  # fmt: skip
+
+
+def sampled_nll(batch: TurnBatch, offpolicy: OffPolicy | None) -> Tensor:
     """Mean -log p of the tokens the learner sampled itself, as recorded at sampling (0-dim):
     at temperature 1 a Monte Carlo estimate of its per-token entropy (rising: the policy
-    spreads out). Off-policy rows (RSPO's explorer and replayed turns in the target's batch)
-    are left out: their log-probs are another policy's. 0 when every row is off-policy."""
-    own = batch.response_mask * (~offpolicy).to(batch.response_mask)[:, None]
+    spreads out). Off-policy rows (RSPO's explorer, replayed and expert turns in the
+    target's batch) are left out: their log-probs are another policy's. 0 when every row is
+    off-policy."""
+    own = batch.response_mask if offpolicy is None else batch.response_mask * (~offpolicy.rows)[:, None]
     return masked_mean(-batch.behavior_logprobs, own)
 
 
@@ -216,38 +258,39 @@ def row_weights(batch: TurnBatch, loss_agg: str) -> Tensor:
     return 1.0 / seg.flat(per_trajectory).clamp(min=1.0)
 
 
-def micro_loss(policy, name: str, x: TurnBatch, adv: Tensor, offpolicy: Tensor, weight: Tensor, cfg):
+def micro_loss(
+    policy, name: str, x: TurnBatch, adv: Tensor, weight: Tensor, offpolicy: OffPolicy | None, *,
+    clip_ratio: float, dual_clip: float, kl_coef: float, entropy_coef: float,
+) -> tuple[Tensor, dict[str, Tensor]]:  # fmt: skip
     """Weighted token-mean loss of one micro-batch (`weight` (n,): each row's token weight):
     clipped policy loss (off-policy rows corrected), + kl_coef * KL to the reference,
     - entropy_coef * entropy. Returns (loss, metrics as detached 0-dim tensors)."""
-    a, r = cfg.algo, cfg.rspo
     R = x.response_mask.shape[1]
     mask = x.response_mask * weight.to(x.response_mask)[:, None]  # (n, R)
     with policy.use(name):
-        logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, R, with_entropy=a.entropy_coef > 0)
-    loss, m = policy_loss(
-        logp,
-        x.behavior_logprobs,
-        adv.to(logp.device),
-        mask,
-        clip_ratio=a.clip_ratio,
-        dual_clip=a.dual_clip,
-        offpolicy=offpolicy.to(logp.device),
-        offpolicy_method=r.offpolicy,
-        offpolicy_clip=r.offpolicy_clip,
-        shaping_gamma=r.shaping_gamma,
-    )
-    if a.kl_coef > 0:
+        logp, entropy = policy.logprobs(x.input_ids, x.attention_mask, R, with_entropy=entropy_coef > 0)
+    off = None if offpolicy is None else offpolicy.to(logp.device)
+    loss, m = policy_loss(logp, x.behavior_logprobs, adv.to(logp.device), mask, clip_ratio=clip_ratio,
+                          dual_clip=dual_clip, offpolicy=off)  # fmt: skip
+    if kl_coef > 0:
         with torch.no_grad(), policy.reference():
             ref, _ = policy.logprobs(x.input_ids, x.attention_mask, R)
         kl = low_var_kl(logp, ref, mask)
-        loss = loss + a.kl_coef * kl
+        loss = loss + kl_coef * kl
         m["loss/kl"] = kl.detach()
     if entropy is not None:
         ent = masked_mean(entropy, mask)
-        loss = loss - a.entropy_coef * ent
+        loss = loss - entropy_coef * ent
         m["loss/entropy"] = ent.detach()
     return loss, m
+
+
+def critic_loss(policy, critic: str, x: TurnBatch, old_values: Tensor, returns: Tensor, clip: float):
+    """The clipped value loss of one micro-batch (`rspo.algorithms.ppo.value_loss`) and its
+    metrics ("loss/value", "critic/clip_frac", "critic/value_mean", "critic/return_mean")."""
+    v = prompt_values(policy, critic, x)
+    loss, m = value_loss(v.float(), old_values.to(v.device), returns.to(v.device), clip)
+    return loss, {"loss/value": m.pop("critic/value_loss")} | m
 
 
 def count_skip(learner: Learner, skipped: bool, limit: int) -> int:
@@ -260,6 +303,30 @@ def count_skip(learner: Learner, skipped: bool, limit: int) -> int:
             "Weights and the last checkpoint are untouched; check the rewards, or lower train.lr"
         )
     return int(skipped)
+
+
+def step(acc, policy, net: str, optimizer, mb: TurnBatch, terms, share, train, skip: bool, norm_key: str):
+    """One optimizer step of `net` on minibatch `mb`, accumulated over micro-batches of
+    `train.micro_batch` rows: each micro-batch's loss (`terms(x, rows) -> (loss, metrics)`)
+    weighted by its `share(rows)` of the minibatch's mean. Returns the minibatch's metrics
+    and the gradient norm (under `norm_key`), or None when the step was skipped
+    (`optimizer_step`; `skip`: the inputs hold a NaN/inf)."""
+    sums: dict[str, Tensor] = {}  # loss terms, weighted sums on the device
+    for rows, sync in accumulate(acc, policy.nets[net], len(mb), train.micro_batch):
+        x = mb.select(rows).trim().to(policy.device)
+        part = share(rows)  # a Python float: no device sync
+        with sync:
+            loss, m = terms(x, rows)
+            acc.backward(loss * part)
+        for k, v in m.items():
+            sums[k] = sums.get(k, 0.0) + v * part  # stays on the device
+    host = optimizer_step(
+        acc, optimizer, optimized(optimizer), train.max_grad_norm, skip, torch.stack(list(sums.values()))
+    )
+    if host is None:
+        return None
+    grad_norm, *values = host
+    return dict(zip(sums, values)) | {norm_key: grad_norm}
 
 
 def optimizer_step(
@@ -286,52 +353,3 @@ def optimizer_step(
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return host
-
-
-def policy_step(
-    acc, policy, learner: Learner, mb: TurnBatch, adv: Tensor, offpolicy: Tensor, rw: Tensor, cfg, skip: bool = False
-) -> dict[str, float] | None:
-    """One optimizer step on one minibatch (accumulated over micro-batches); `rw` (n,) are
-    the rows' token weights (`row_weights`); `skip`: the inputs hold a NaN/inf. Returns
-    metrics, or None when the step was skipped (see `optimizer_step`)."""
-    token_weight = mb.response_mask.sum(1) * rw  # (n,) each row's share before normalizing
-    total = token_weight.sum().clamp(min=1e-12)
-    sums: dict[str, Tensor] = {}  # loss terms, weighted sums on the device
-    for rows, sync in accumulate(acc, policy.nets[learner.name], len(mb), cfg.train.micro_batch):
-        x = mb.select(rows).trim().to(policy.device)
-        share = float(token_weight[rows].sum() / total)  # its share of the minibatch's mean (CPU: no sync)
-        with sync:
-            loss, m = micro_loss(policy, learner.name, x, adv[rows], offpolicy[rows], rw[rows], cfg)
-            acc.backward(loss * share)
-        for k, v in m.items():
-            sums[k] = sums.get(k, 0.0) + v * share  # stays on the device
-    params, terms = optimized(learner.optimizer), torch.stack(list(sums.values()))
-    host = optimizer_step(acc, learner.optimizer, params, cfg.train.max_grad_norm, skip, terms)
-    if host is None:
-        return None
-    learner.scheduler.step()
-    grad_norm, *values = host
-    return dict(zip(sums, values)) | {"loss/grad_norm": grad_norm, "train/lr": learner.scheduler.get_last_lr()[0]}
-
-
-def critic_step(
-    acc, policy, learner: Learner, mb: TurnBatch, old_values: Tensor, returns: Tensor, cfg, skip: bool = False
-) -> dict[str, float] | None:
-    """One critic optimizer step on one minibatch. Returns {"loss/value", "critic/clip_frac",
-    "critic/value_mean", "critic/return_mean"} (`value_loss`'s, averaged over the minibatch),
-    or None when the step was skipped (`skip`, or a NaN/inf: see `optimizer_step`)."""
-    sums: dict[str, Tensor] = {}  # weighted sums on the device
-    for rows, sync in accumulate(acc, policy.nets[learner.critic], len(mb), cfg.train.micro_batch):
-        x = mb.select(rows).trim().to(policy.device)
-        with sync:
-            v = policy.values(x.input_ids[:, : x.prompt_len], x.attention_mask[:, : x.prompt_len], learner.critic)
-            loss, m = value_loss(
-                v.float(), old_values[rows].to(v.device), returns[rows].to(v.device), cfg.algo.value_clip
-            )
-            acc.backward(loss * (len(rows) / len(mb)))
-        m = {"loss/value": m.pop("critic/value_loss")} | m
-        for k, t in m.items():
-            sums[k] = sums.get(k, 0.0) + t * (len(rows) / len(mb))
-    params, terms = optimized(learner.critic_optimizer), torch.stack(list(sums.values()))
-    host = optimizer_step(acc, learner.critic_optimizer, params, cfg.train.max_grad_norm, skip, terms)
-    return None if host is None else dict(zip(sums, host[1:]))

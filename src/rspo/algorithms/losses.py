@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rspo.algorithms.offpolicy import offpolicy_token_loss
+from rspo.algorithms.offpolicy import OffPolicy, offpolicy_token_loss
 
 
 def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -30,7 +30,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 
     `mask` may carry weights (`algo.loss_agg=trajectory_mean`), so sums below 1 are real
     denominators: only an exact 0 is guarded. (The update weighs each micro-batch's mean
-    by its share of the minibatch's token weight, `rspo.update.policy_step`.)
+    by its share of the minibatch's token weight, `rspo.update.policy_update`.)
     """
     mask = mask.to(x.dtype)
     total = (x * mask).sum() if dim is None else (x * mask).sum(dim)
@@ -72,18 +72,16 @@ def policy_loss(
     *,
     clip_ratio: float,
     dual_clip: float = 0.0,
-    offpolicy: Tensor | None = None,
-    offpolicy_method: str = "clip",
-    offpolicy_clip: float = 2.0,
-    shaping_gamma: float = 0.1,
+    offpolicy: OffPolicy | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy loss, token-mean over the batch -> (loss scalar, metrics).
 
     logprobs, old_logprobs, mask: (N, R); advantages: (N,).
-    offpolicy (N,) bool: rows sampled by another policy (RSPO explorer / replay). Their
-      tokens use `rspo.algorithms.offpolicy.offpolicy_token_loss` instead of the PPO clip, and for
-      those rows `old_logprobs` must hold the *behavior* log-probs recorded at sampling
-      (`TurnBatch.behavior_logprobs`). On-policy rows are unchanged by the flag.
+    offpolicy: the rows sampled by another policy (RSPO's explorer, replay, expert) and their
+      correction, or None (every row on-policy: no off-policy code runs, no `offpolicy/*`
+      metric). Their tokens use `rspo.algorithms.offpolicy.offpolicy_token_loss` instead of
+      the PPO clip, and for those rows `old_logprobs` must hold the *behavior* log-probs
+      recorded at sampling (`TurnBatch.behavior_logprobs`). On-policy rows are unchanged.
     The metrics are detached 0-dim tensors on the loss's device: no host sync here (the
     update converts them once per minibatch).
     """
@@ -103,14 +101,14 @@ def policy_loss(
 
     on_mask = mask
     if offpolicy is not None:
-        off_rows = offpolicy.unsqueeze(1)  # (N, 1)
+        off_rows = offpolicy.rows.unsqueeze(1)  # (N, 1)
         off_tok, weight = offpolicy_token_loss(
             logprobs,
             old_logprobs,
             advantages,
-            method=offpolicy_method,
-            clip=offpolicy_clip,
-            shaping_gamma=shaping_gamma,
+            method=offpolicy.method,
+            clip=offpolicy.clip,
+            shaping_gamma=offpolicy.shaping_gamma,
             clip_ratio=clip_ratio,
         )
         loss_tok = torch.where(off_rows, off_tok, loss_tok)
@@ -135,5 +133,5 @@ def policy_loss(
             metrics["offpolicy/weight_std"] = masked_mean((weight - metrics["offpolicy/weight_mean"]).square(),
                                                           off_mask).sqrt()  # fmt: skip
             metrics["offpolicy/ratio_mean"] = masked_mean(ratio, off_mask)
-            metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy_clip).float(), off_mask)
+            metrics["offpolicy/truncated_frac"] = masked_mean((ratio > offpolicy.clip).float(), off_mask)
     return loss, metrics

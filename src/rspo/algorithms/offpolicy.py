@@ -44,19 +44,38 @@ their log-probs are recorded as 0, as LUFFY sets pi_behavior = 1, so rho = p = p
 `clip` then weighs each token by p (gradient A grad p), `shaping` by f(p) as LUFFY does,
 and `ppo` as `clip` where A > 0 (rho = p <= 1 never reaches 1 + eps).
 
-All functions are pure and per token; `rspo.algorithms.losses.policy_loss` aggregates.
+A learner's off-policy rows and their correction travel together as an `OffPolicy` (built
+by the reward mode from `rspo.offpolicy*`; None where a learner sampled every row it trains
+on). All functions are pure and per token; `rspo.algorithms.losses.policy_loss` aggregates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from rspo.config import CHOICES
+METHODS = ["clip", "shaping", "positive_only", "ppo"]  # `rspo.offpolicy`
 
-METHODS = CHOICES["rspo.offpolicy"]
+
+@dataclass(frozen=True)
+class OffPolicy:
+    """The rows of a learner's batch that another policy sampled, and their correction."""
+
+    rows: Tensor  # (N,) bool: sampled by another policy (RSPO's explorer, replay, expert)
+    method: str = "clip"  # one of METHODS
+    clip: float = 2.0  # `clip`, `positive_only`: the cap c of rho
+    shaping_gamma: float = 0.1  # `shaping`: gamma of f(p)
+
+    def select(self, rows: Tensor) -> OffPolicy:
+        """The same correction for the rows `rows` (a mask or an index tensor) of the batch."""
+        return dataclasses.replace(self, rows=self.rows[rows])
+
+    def to(self, device: torch.device | str) -> OffPolicy:
+        return dataclasses.replace(self, rows=self.rows.to(device))
 
 
 def truncated_is_weight(logprobs: Tensor, behavior_logprobs: Tensor, clip: float) -> Tensor:

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from rspo.algorithms.offpolicy import OffPolicy
 from rspo.batch import EXPERT, EXPLORER, REPLAY, TARGET, TurnBatch, cat
 from rspo.config import Config
 from rspo.rewards.buffer import ReplayBuffer, resume_state
@@ -64,7 +65,12 @@ class LearnerData:
 
     rows: Tensor  # (N,) bool: the rows this learner trains on
     reward: Tensor  # (N,) float: per-turn reward (meaningful on `rows`)
-    offpolicy: Tensor  # (N,) bool: rows sampled by another policy (importance-corrected)
+    offpolicy: OffPolicy | None = None  # rows sampled by another policy and their correction; None: none
+
+    def of(self, batch: TurnBatch) -> tuple[TurnBatch, Tensor, OffPolicy | None]:
+        """This learner's rows of `batch`, their rewards (n,) and their off-policy part."""
+        off = None if self.offpolicy is None else self.offpolicy.select(self.rows)
+        return batch.select(self.rows), self.reward[self.rows], off
 
 
 def penalty_of(valid: Tensor, penalty: float) -> Tensor:
@@ -97,7 +103,7 @@ class RewardMode:
     def learner_data(self, batch: TurnBatch, step: int) -> dict[str, LearnerData]:
         on_policy = batch.source == TARGET
         reward = self.reward(batch) - penalty_of(batch.valid, self.penalty)
-        return {"target": LearnerData(on_policy, reward, torch.zeros_like(on_policy))}
+        return {"target": LearnerData(on_policy, reward)}
 
     def after_update(self, policy, batch: TurnBatch, trajectories: list, step: int) -> None:
         pass
@@ -171,6 +177,7 @@ class Rspo(RewardMode):
         self.explorer_rollouts, self.replay_per_task = r.explorer_rollouts, r.replay_per_task
         self.warmup_steps, self.sync_every = r.explorer_warmup_steps, r.sync_every
         self.join, self.explorer_shaped = r.join, r.explorer_reward == "shaped"
+        self.correction = {"method": r.offpolicy, "clip": r.offpolicy_clip, "shaping_gamma": r.shaping_gamma}
         self.num_tasks, self.expert_tasks = cfg.rollout.num_tasks, round(r.expert_fraction * cfg.rollout.num_tasks)
         self.buffer = ReplayBuffer(r.buffer_size, r.buffer_staleness, r.buffer_successes_only)
         self.learners = {"target": cfg.train.lr, "explorer": r.explorer_lr or cfg.train.lr}
@@ -206,8 +213,10 @@ class Rspo(RewardMode):
         if self.explorer_shaped:
             explorer_r = self.c_o * batch.outcome * explorer_rows + self.lam * explorer_r
         data = {
-            "target": LearnerData(joining, self.c_o * target_r - pen, batch.source != TARGET),
-            "explorer": LearnerData(explorer_rows, explorer_r - pen, torch.zeros_like(explorer_rows)),
+            "target": LearnerData(
+                joining, self.c_o * target_r - pen, OffPolicy(batch.source != TARGET, **self.correction)
+            ),
+            "explorer": LearnerData(explorer_rows, explorer_r - pen),  # on-policy: its own rows
         }
         return {"explorer": data["explorer"]} if self.warming_up(step) else data
 
