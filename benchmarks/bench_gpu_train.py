@@ -105,7 +105,7 @@ def main() -> None:
         if torch.is_grad_enabled():
             tokens["update"] += int((kwargs["attention_mask"] if "attention_mask" in kwargs else args[1]).sum())
 
-    nets = {id(n): n for n in run.policy._raw.values()}.values()
+    nets = {id(n): n for n in run.policy.raw_nets.values()}.values()
     hooks = [net.register_forward_pre_hook(count, with_kwargs=True) for net in nets]
     rollout_tps = {}  # mixed_adapters -> rollout tok/s of its latest iteration after the first (warm-up)
     try:

@@ -62,7 +62,7 @@ def main() -> None:
     n = tasks_n * (args.group + args.explorer)
     policy = build_model(cfg, ("target", "explorer"), device)
     torch.manual_seed(args.seed)
-    for name, p in policy._peft.named_parameters():  # LoRA B starts at 0: two different policies
+    for name, p in policy.peft_model.named_parameters():  # LoRA B starts at 0: two different policies
         if "lora_B" in name:
             p.data.normal_(0, 0.02)
     plans = [Plan("target", args.group, TARGET), Plan("explorer", args.explorer, EXPLORER)]

@@ -52,7 +52,7 @@ from rspo.envs import make_env
 from rspo.envs.pool import EnvPool
 from rspo.envs.webshop import WebshopEnv
 from rspo.envs.webshop import parse_action as shop_action
-from rspo.policy_io import build_policy
+from rspo.policy_io import build_policy, load_policy
 from rspo.prompts import parse_action
 from rspo.rewards.signal import signal_metrics
 from rspo.rollout import Plan, collect
@@ -132,7 +132,7 @@ def probe_policy(cfg, checkpoint: Path | None = None) -> tuple:
     if checkpoint:
         cfg.model.init_from = run_base(cfg)  # the base it trained on
         policy = build_policy(cfg.model)
-        policy.load(checkpoint / "policy", ["target"])
+        load_policy(policy, checkpoint / "policy", ["target"])
         return policy, checkpoint
     if not cfg.sft.episodes:  # a pretrained model, or model.init_from
         return build_policy(cfg.model), Path(cfg.model.init_from or cfg.model.name)

@@ -84,7 +84,7 @@ def test_one_rspo_iteration_on_the_gpu_configs_path(gpu_run):
     assert differ <= set(OVERRIDES) | {"env.alfworld.games_dir", "train.output_dir"}
     # what the GPU config asks for, and this run has
     assert run.acc.mixed_precision == "bf16"
-    peft_model = run.policy._peft
+    peft_model = run.policy.peft_model
     base = peft_model.base_model.model
     assert type(base).__name__ == "Qwen2ForCausalLM" and base.dtype == torch.bfloat16
     assert any(getattr(m, "gradient_checkpointing", False) for m in base.modules())

@@ -133,16 +133,14 @@ def test_resume_may_change_how_long_and_how_watched(tmp_path):
         checkpoint.check_resume(small_config(*same, "rollout.temperature=0.5"))
 
 
-class Policy:
-    """Stands in for the policy in `checkpoint.save`: writes a small weights file."""
-
-    def save(self, path, weights=None):
-        path.mkdir(parents=True)
-        (path / "weights.bin").write_bytes(b"w" * 16)
+def write_policy(path):
+    """Stands in for the policy's writer in `checkpoint.save`: a small weights file."""
+    path.mkdir(parents=True)
+    (path / "weights.bin").write_bytes(b"w" * 16)
 
 
 def test_full_disk_during_a_checkpoint_write(tmp_path, monkeypatch):
-    first = checkpoint.save(tmp_path, 1, Policy(), {"optimizer": {"lr": 1.0}}, "a: 1\n")
+    first = checkpoint.save(tmp_path, 1, write_policy, {"optimizer": {"lr": 1.0}}, "a: 1\n")
 
     def disk_full(obj, path):
         path.write_bytes(b"half")  # a partial file, then ENOSPC, as a full disk does
@@ -151,7 +149,7 @@ def test_full_disk_during_a_checkpoint_write(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint.torch, "save", disk_full)
     with pytest.raises(OSError, match=f"checkpoint of step 2 not written .No space left on device.; the latest "
                                       f"complete one, {first}, is intact"):  # fmt: skip
-        checkpoint.save(tmp_path, 2, Policy(), {"optimizer": {"lr": 2.0}}, "a: 2\n")
+        checkpoint.save(tmp_path, 2, write_policy, {"optimizer": {"lr": 2.0}}, "a: 2\n")
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"]  # no temp dir left
     monkeypatch.undo()
     assert checkpoint.latest(tmp_path) == first
@@ -159,8 +157,8 @@ def test_full_disk_during_a_checkpoint_write(tmp_path, monkeypatch):
 
 
 def test_rewriting_a_step_replaces_it_whole(tmp_path):
-    checkpoint.save(tmp_path, 1, Policy(), {"v": 1}, "a: 1\n")
-    path = checkpoint.save(tmp_path, 1, Policy(), {"v": 2}, "a: 2\n")
+    checkpoint.save(tmp_path, 1, write_policy, {"v": 1}, "a: 1\n")
+    path = checkpoint.save(tmp_path, 1, write_policy, {"v": 2}, "a: 2\n")
     assert checkpoint.load_trainer_state(path)["v"] == 2 and (path / "config.yaml").read_text() == "a: 2\n"
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step_000001"]
 
@@ -214,7 +212,7 @@ def test_trainer_state_is_data_and_restores_every_rng_exactly(tmp_path):
     }
     seed_all(1)
     np.random.randn()  # numpy now holds a cached gauss, part of its state
-    path = checkpoint.save(tmp_path, 1, Policy(), {**state, "rank_rng": [checkpoint.rng_state()]}, "a: 1\n")
+    path = checkpoint.save(tmp_path, 1, write_policy, {**state, "rank_rng": [checkpoint.rng_state()]}, "a: 1\n")
     expected = random.random(), np.random.randn(3), torch.rand(3)
 
     saved = torch.load(path / "trainer.pt", weights_only=True)  # tensors and plain containers only
@@ -233,7 +231,7 @@ def test_trainer_state_is_data_and_restores_every_rng_exactly(tmp_path):
 def test_a_trainer_state_that_would_not_load_is_never_saved(tmp_path):
     # a numpy float among the metrics pickles numpy's scalar type: caught at the save, not at the resume
     with pytest.raises(TypeError, match="objects that `load_data` refuses: numpy"):
-        checkpoint.save(tmp_path, 1, Policy(), {"curve": [{"eval/success_rate": np.float64(0.5)}]}, "a: 1\n")
+        checkpoint.save(tmp_path, 1, write_policy, {"curve": [{"eval/success_rate": np.float64(0.5)}]}, "a: 1\n")
     assert checkpoint.latest(tmp_path) is None
 
 

@@ -84,7 +84,7 @@ def test_kv_cache_estimate_matches_a_forward_pass_cache():
     n, length = cfg.rollout.micro_batch, cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens
     ids = torch.randint(3, 400, (n, length))
     with torch.no_grad():
-        cache = policy._raw["target"].lm(input_ids=ids, use_cache=True).past_key_values
+        cache = policy.raw_nets["target"].lm(input_ids=ids, use_cache=True).past_key_values
     measured = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     assert est.kv_cache == measured
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from rspo.config import ConfigError, LoraConfig, ModelConfig, TinyModelConfig
 from rspo.models import load_base
 from rspo.policy import CRITIC, Policy
-from rspo.policy_io import build_policy
+from rspo.policy_io import build_policy, load_policy, merged_target, save_policy, state_dicts
 
 CORPUS = [
     "You are in the middle of a room. You see a cabinet 1, a fridge 1, a microwave 1 and a countertop 2.",
@@ -65,7 +65,7 @@ def sample(policy: Policy, n_new: int = 6, **gen):
 
 
 def lora_params(policy: Policy, name: str) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in policy._peft.named_parameters() if f".{name}." in n}
+    return {n: p.detach().clone() for n, p in policy.peft_model.named_parameters() if f".{name}." in n}
 
 
 def train_steps(policy: Policy, name: str, steps: int = 2) -> list[float]:
@@ -151,7 +151,7 @@ def test_batched_left_padded_greedy_equals_one_at_a_time():
 def test_logprobs_equal_generate_transition_scores():
     policy = make_policy()
     out, full_mask, resp_mask = sample(policy, do_sample=True, temperature=0.7, top_k=0)
-    scores = policy._peft.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (N, R)
+    scores = policy.peft_model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # (N, R)
     logp, entropy = policy.logprobs(out.sequences, full_mask, resp_mask.shape[1], with_entropy=True, temperature=0.7)
     assert logp.shape == entropy.shape == resp_mask.shape and logp.dtype == torch.float32
     torch.testing.assert_close(logp * resp_mask, scores * resp_mask, atol=1e-5, rtol=0)
@@ -167,7 +167,7 @@ def test_logprobs_equal_generate_transition_scores():
 
 def test_lora_step_trains_only_the_active_adapter():
     policy = make_policy(adapters=["target", "explorer"])
-    base0 = {n: p.detach().clone() for n, p in policy._peft.named_parameters() if "lora_" not in n}
+    base0 = {n: p.detach().clone() for n, p in policy.peft_model.named_parameters() if "lora_" not in n}
     target0, explorer0 = lora_params(policy, "target"), lora_params(policy, "explorer")
     assert len(target0) == len(explorer0) > 0
     assert all(t.equal(e) for t, e in zip(target0.values(), explorer0.values()))  # same initialization
@@ -176,10 +176,10 @@ def test_lora_step_trains_only_the_active_adapter():
     target1 = lora_params(policy, "target")
     assert all(not target0[n].equal(target1[n]) for n in target0)  # every target tensor moved (A after step 2)
     assert all(explorer0[n].equal(p) for n, p in lora_params(policy, "explorer").items())
-    assert all(base0[n].equal(p) for n, p in policy._peft.named_parameters() if n in base0)
+    assert all(base0[n].equal(p) for n, p in policy.peft_model.named_parameters() if n in base0)
     explorer = policy.parameters_of("explorer")
     assert all(p.grad is None and p.requires_grad for p in explorer)  # never in the graph, still trainable
-    assert not any(p.requires_grad for n, p in policy._peft.named_parameters() if "lora_" not in n)
+    assert not any(p.requires_grad for n, p in policy.peft_model.named_parameters() if "lora_" not in n)
     policy.copy_weights("target", "explorer")
     assert all(target1[n].equal(p) for n, p in zip(target1, explorer))
 
@@ -189,7 +189,7 @@ def test_merged_adapter_gives_the_same_logits_and_restores_the_base_bit_for_bit(
     policy = make_policy(adapters=["target", "explorer"])
     train_steps(policy, "target")  # B != 0: the adapter changes the logits
     ids, mask = batch(policy.tokenizer)
-    base0 = {n: p.detach().clone() for n, p in policy._peft.named_parameters() if "lora_" not in n}
+    base0 = {n: p.detach().clone() for n, p in policy.peft_model.named_parameters() if "lora_" not in n}
     with torch.no_grad():
         unmerged, _ = policy.logprobs(ids, mask, 4)
         with policy.use("explorer"):
@@ -200,9 +200,10 @@ def test_merged_adapter_gives_the_same_logits_and_restores_the_base_bit_for_bit(
         with policy.use("explorer"):
             explorer_after, _ = policy.logprobs(ids, mask, 4)
     torch.testing.assert_close(merged, unmerged, atol=1e-5, rtol=0)  # rounded in another order
-    assert all(base0[n].equal(p) for n, p in policy._peft.named_parameters() if n in base0)
+    assert all(base0[n].equal(p) for n, p in policy.peft_model.named_parameters() if n in base0)
     assert torch.equal(after, unmerged) and torch.equal(explorer_after, explorer)
-    assert not any(layer.merged for layer in policy._peft.modules() if isinstance(layer, peft.tuners.lora.LoraLayer))
+    lora_layers = [m for m in policy.peft_model.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
+    assert not any(layer.merged for layer in lora_layers)
 
 
 def test_use_selects_the_policy_and_reference_is_the_base():
@@ -244,7 +245,7 @@ def test_reference_between_forward_and_backward_keeps_the_explorers_gradients():
     logp.sum().backward()
     explorer = policy.parameters_of("explorer")
     assert all(p.requires_grad for p in explorer + policy.parameters_of("target"))
-    lora_b = [p for n, p in policy._peft.named_parameters() if "lora_B.explorer" in n]  # B = 0: A's grad is 0
+    lora_b = [p for n, p in policy.peft_model.named_parameters() if "lora_B.explorer" in n]  # B = 0: A's grad is 0
     assert len(lora_b) > 0 and all(p.grad is not None and p.grad.abs().sum() > 0 for p in lora_b)
     assert all(p.grad is None for p in policy.parameters_of("target"))  # never in the graph
 
@@ -253,7 +254,7 @@ def test_lora_save_loads_with_stock_peft_and_into_a_policy(tmp_path):
     policy = make_policy(adapters=["target", "explorer"], critic=True)
     train_steps(policy, "target")
     train_steps(policy, "explorer", steps=1)
-    policy.save(tmp_path / "ckpt")
+    save_policy(policy, tmp_path / "ckpt")
     ids, mask = batch(policy.tokenizer)
     with torch.no_grad():
         logits = policy.nets["target"](ids, mask)
@@ -262,51 +263,52 @@ def test_lora_save_loads_with_stock_peft_and_into_a_policy(tmp_path):
         stock_logits = stock(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
         torch.testing.assert_close(stock_logits, logits, atol=0, rtol=0)
         fresh = make_policy(adapters=["target", "explorer"], critic=True)
-        assert sorted(fresh.load(tmp_path / "ckpt")) == ["critic", "explorer", "explorer_critic", "target"]
+        assert sorted(load_policy(fresh, tmp_path / "ckpt")) == ["critic", "explorer", "explorer_critic", "target"]
         for name in ["target", "explorer"]:
             with policy.use(name), fresh.use(name):
                 torch.testing.assert_close(fresh.logprobs(ids, mask, 4)[0], policy.logprobs(ids, mask, 4)[0])
         torch.testing.assert_close(fresh.values(ids, mask), policy.values(ids, mask))
-        merged = policy.merged_target()
+        merged = merged_target(policy)
         merged_logits = merged(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0))
         torch.testing.assert_close(merged_logits.logits, logits, atol=1e-5, rtol=0)
-    assert policy._peft.active_adapter == "target" and len(policy._peft.peft_config) == 4  # copy merged, not us
+    peft_model = policy.peft_model  # a copy merged, not this one
+    assert peft_model.active_adapter == "target" and len(peft_model.peft_config) == 4
 
 
 def test_load_never_skips_a_missing_policy_or_weights_file(tmp_path):
     # Issue 26: a missing checkpoint used to load nothing and leave the base model in place.
     policy = make_policy(adapters=["target", "explorer"], critic=True)
-    policy.save(tmp_path / "ckpt")
+    save_policy(policy, tmp_path / "ckpt")
     fresh = make_policy(adapters=["target", "explorer"], critic=True)
     with pytest.raises(FileNotFoundError, match="no saved policy there .no policy.json."):
-        fresh.load(tmp_path / "does_not_exist")
+        load_policy(fresh, tmp_path / "does_not_exist")
     (tmp_path / "ckpt" / "explorer" / "adapter_model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="explorer: no adapter weights .adapter_model.safetensors."):
-        fresh.load(tmp_path / "ckpt")
+        load_policy(fresh, tmp_path / "ckpt")
     (tmp_path / "ckpt" / "critic" / "value_head.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="value_head.safetensors"):
-        fresh.load(tmp_path / "ckpt", ["critic"])
+        load_policy(fresh, tmp_path / "ckpt", ["critic"])
     shutil.rmtree(tmp_path / "ckpt" / "explorer")  # listed in policy.json, gone from the disk
     with pytest.raises(FileNotFoundError, match="explorer does not exist"):
-        fresh.load(tmp_path / "ckpt")
+        load_policy(fresh, tmp_path / "ckpt")
 
 
 def test_a_pickle_format_adapter_loads_only_when_allowed(tmp_path):
     # Issue 48: peft's adapter_model.bin is a pickle; rspo reads one only when told to, as tensors only.
     policy = make_policy()
     train_steps(policy, "target")
-    policy.save(tmp_path / "ckpt")
+    save_policy(policy, tmp_path / "ckpt")
     target = tmp_path / "ckpt" / "target"
     torch.save(load_file(target / "adapter_model.safetensors"), target / "adapter_model.bin")
     (target / "adapter_model.safetensors").unlink()
     with pytest.raises(
         ConfigError, match="adapter_model.bin: refused: a pickle-format adapter; .*allow_pickle_adapters"
     ):
-        make_policy().load(tmp_path / "ckpt")
+        load_policy(make_policy(), tmp_path / "ckpt")
     cfg = tiny_cfg(allow_pickle_adapters=True)
     model, tok = load_base(cfg, lambda: CORPUS)
     allowed = Policy(cfg, model, tok)
-    assert allowed.load(tmp_path / "ckpt") == ["target"]
+    assert load_policy(allowed, tmp_path / "ckpt") == ["target"]
     saved, loaded = lora_params(policy, "target"), lora_params(allowed, "target")
     assert saved.keys() == loaded.keys() and all(torch.equal(saved[n], loaded[n]) for n in saved)
 
@@ -314,15 +316,15 @@ def test_a_pickle_format_adapter_loads_only_when_allowed(tmp_path):
 def test_a_truncated_or_corrupted_weights_file_is_named(tmp_path):
     # Issue 48: safetensors' own error came through as a traceback with no file name.
     ckpt = tmp_path / "ckpt"
-    make_policy(critic=True).save(ckpt)
+    save_policy(make_policy(critic=True), ckpt)
     head = ckpt / "critic" / "value_head.safetensors"
     head.write_bytes(head.read_bytes()[:-4])  # truncated
     with pytest.raises(ConfigError, match="value_head.safetensors: truncated or corrupted .* not fully covered"):
-        make_policy(critic=True).load(ckpt)
+        load_policy(make_policy(critic=True), ckpt)
     adapter = ckpt / "target" / "adapter_model.safetensors"
     adapter.write_bytes((2**40).to_bytes(8, "little") + adapter.read_bytes()[8:])  # a header length past the file
     with pytest.raises(ConfigError, match="adapter_model.safetensors: truncated or corrupted .*header too large"):
-        make_policy(critic=True).load(ckpt)
+        load_policy(make_policy(critic=True), ckpt)
 
 
 def test_lora_adapters_never_load_onto_another_base(tmp_path):
@@ -332,22 +334,22 @@ def test_lora_adapters_never_load_onto_another_base(tmp_path):
     model, tok = load_base(cfg, lambda: CORPUS)
     with torch.no_grad():
         model.get_input_embeddings().weight.add_(0.5)  # a warm start: another base than the fresh tiny model
-    Policy(cfg, model, tok).save(tmp_path / "ckpt")
+    save_policy(Policy(cfg, model, tok), tmp_path / "ckpt")
     assert json.loads((tmp_path / "ckpt" / "policy.json").read_text())["base"] != make_policy().base_fingerprint
     with pytest.raises(ValueError, match="trained on another base model"):
-        make_policy().load(tmp_path / "ckpt")
+        load_policy(make_policy(), tmp_path / "ckpt")
     with pytest.raises(ValueError, match="trained on another base model"):
         build_policy(tiny_cfg(init_from=str(tmp_path / "ckpt")), lambda: CORPUS)
     model, tok = load_base(cfg, lambda: CORPUS)
     with torch.no_grad():
         model.get_input_embeddings().weight.add_(0.5)  # the same base again: loads
-    assert Policy(cfg, model, tok).load(tmp_path / "ckpt") == ["target"]
+    assert load_policy(Policy(cfg, model, tok), tmp_path / "ckpt") == ["target"]
 
 
 def test_build_policy_init_from_starts_every_policy_from_the_saved_target(tmp_path):
     sft = make_policy()
     train_steps(sft, "target")
-    sft.save(tmp_path / "sft")
+    save_policy(sft, tmp_path / "sft")
     policy = build_policy(tiny_cfg(init_from=str(tmp_path / "sft")), lambda: CORPUS, adapters=["target", "explorer"])
     saved = lora_params(sft, "target")
     for name in ["target", "explorer"]:
@@ -375,7 +377,7 @@ def test_critic_values_and_a_gradient_step():
     assert all(target0[n].equal(p) for n, p in lora_params(policy, "target").items())
     with torch.no_grad():
         torch.testing.assert_close(policy.values(one_ids, one_mask), policy.values(ids, mask)[:1])
-    assert policy._peft.active_adapter == "target"
+    assert policy.peft_model.active_adapter == "target"
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
@@ -387,7 +389,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         policy = Policy(cfg, model, tok)
         train_steps(policy, "target", steps=1)
         grads.append([p.grad.clone() for p in policy.parameters_of("target")])
-    base = policy._peft.get_base_model()
+    base = policy.peft_model.get_base_model()
     assert base.is_activation_checkpointing
     ids, _ = batch(policy.tokenizer)
     assert base.get_input_embeddings()(ids).requires_grad  # LoRA's input-grad hook (the base is frozen)
@@ -461,16 +463,16 @@ def test_sharded_policy_runs_gathered_and_saves_whole_weights(one_rank, tmp_path
     for got, want in zip(passes(policy), expected):
         torch.testing.assert_close(got, want)
     with pytest.raises(RuntimeError, match="state_dicts"):
-        policy.save(tmp_path / "ckpt")  # the whole weights must be gathered on every rank first
-    policy.save(tmp_path / "ckpt", policy.state_dicts())
+        save_policy(policy, tmp_path / "ckpt")  # the whole weights must be gathered on every rank first
+    save_policy(policy, tmp_path / "ckpt", state_dicts(policy))
     fresh = make_policy(adapters=["target", "explorer"], critic=True)
-    fresh.load(tmp_path / "ckpt")
+    load_policy(fresh, tmp_path / "ckpt")
     for got, want in zip(passes(fresh), expected):
         torch.testing.assert_close(got, want)
     with torch.no_grad():
         for p in policy.parameters_of("target") + policy.parameters_of(CRITIC):
             p.zero_()
-    policy.load(tmp_path / "ckpt")
+    load_policy(policy, tmp_path / "ckpt")
     for got, want in zip(passes(policy), expected):
         torch.testing.assert_close(got, want)
 
@@ -516,7 +518,7 @@ def test_full_finetuning_keeps_separate_copies(tmp_path):
     torch.testing.assert_close(reference, start)
     assert not torch.allclose(target, start)
     assert all(p.grad is None for p in policy.parameters_of("explorer"))
-    policy.save(tmp_path / "ckpt")
+    save_policy(policy, tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "target" / "config.json").is_file()
     standalone = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt" / "target")  # a plain HF model dir
     assert all(torch.equal(a, b) for a, b in zip(standalone.parameters(), policy.parameters_of("target")))
@@ -524,13 +526,13 @@ def test_full_finetuning_keeps_separate_copies(tmp_path):
     with torch.no_grad(), policy.use("explorer"):
         torch.testing.assert_close(policy.logprobs(ids, mask, 4)[0], target)
     fresh = make_policy(lora=False, adapters=["target", "explorer"], critic=True)
-    assert sorted(fresh.load(tmp_path / "ckpt")) == ["critic", "explorer", "explorer_critic", "target"]
+    assert sorted(load_policy(fresh, tmp_path / "ckpt")) == ["critic", "explorer", "explorer_critic", "target"]
     with torch.no_grad():
         torch.testing.assert_close(fresh.logprobs(ids, mask, 4)[0], target)
     with pytest.raises(RuntimeError, match="reference=True"):
         fresh.reference().__enter__()
     with pytest.raises(ValueError, match="lora.enabled"):
-        make_policy(lora=True).load(tmp_path / "ckpt")
+        load_policy(make_policy(lora=True), tmp_path / "ckpt")
 
 
 # --- SmolLM2-135M-Instruct from the GGUF on PyPI ------------------------------------------------

@@ -214,7 +214,7 @@ def test_mixed_adapter_passes_equal_one_pass_per_policy(setup, monkeypatch):
     # rollout.mixed_adapters: target and explorer rows share each generate / forward pass,
     # each row with its own LoRA adapter. Greedy, it must play exactly as one pass per policy.
     cfg, pool, policy = setup
-    lora_b = [p for name, p in policy._peft.named_parameters() if "lora_B" in name]
+    lora_b = [p for name, p in policy.peft_model.named_parameters() if "lora_B" in name]
     saved = [p.detach().clone() for p in lora_b]
     torch.manual_seed(0)
     for p in lora_b:  # LoRA B starts at 0: make the policies differ (restored at the end)

@@ -25,7 +25,7 @@ def moved(before, after):
 
 
 def base_weights(policy):
-    return {n: p.detach().clone() for n, p in policy._peft.named_parameters() if "lora_" not in n}
+    return {n: p.detach().clone() for n, p in policy.peft_model.named_parameters() if "lora_" not in n}
 
 
 @pytest.mark.parametrize("mode", ["outcome", "rspo"])
@@ -133,14 +133,14 @@ def test_train_writes_eval_checkpoint_and_tensorboard(warm_model, tmp_path, caps
 def test_eval_without_warm_start_rebuilds_the_runs_base_model(tmp_path, monkeypatch):
     # No warm start and no init_from: the tiny base is built from expert episodes, which
     # `rspo eval` must rebuild identically (its env pool is smaller than training's)
-    import rspo.policy_io
+    import rspo.eval
 
     cfg = small_config(f"train.output_dir={tmp_path}", "train.steps=1", "train.save_every=1")
     out = train(cfg)
     run = setup(cfg)
     run.pool.close()
-    built, inner = [], rspo.policy_io.build_policy
-    monkeypatch.setattr(rspo.policy_io, "build_policy", lambda *a, **k: built.append(inner(*a, **k)) or built[-1])
+    built, inner = [], rspo.eval.build_policy
+    monkeypatch.setattr(rspo.eval, "build_policy", lambda *a, **k: built.append(inner(*a, **k)) or built[-1])
     assert evaluate_command(cfg) == out["after"]
     assert built[0].tokenizer.get_vocab() == run.policy.tokenizer.get_vocab()
     evaluated, trained = base_weights(built[0]), base_weights(run.policy)

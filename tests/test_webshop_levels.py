@@ -16,6 +16,7 @@ from rspo.envs.webshop import WebshopEnv, best_score, expert_query, offers, read
 from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
+from rspo.policy_io import save_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the probes' helpers
 
@@ -250,10 +251,10 @@ def test_sparse_probe_plays_a_checkpoints_trained_policy(warm_model, tmp_path):
     train(run)
     last = tmp_path / "checkpoints/step_000001"
     policy, source = probe_policy(load_config(last / "config.yaml"), last)
-    policy.save(tmp_path / "probed")
+    save_policy(policy, tmp_path / "probed")
     assert source == last and weights_digest(tmp_path / "probed") == weights_digest(last / "policy")
     fresh, _ = probe_policy(load_config(last / "config.yaml", ["sft.episodes=0"]))  # the base, a new adapter
-    fresh.save(tmp_path / "fresh")
+    save_policy(fresh, tmp_path / "fresh")
     assert weights_digest(tmp_path / "fresh") != weights_digest(last / "policy")
 
 

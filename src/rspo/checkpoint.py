@@ -11,7 +11,7 @@ Layout of `<output_dir>/checkpoints/step_000010/`:
 The directory is written under a temporary name and renamed when complete, so a killed
 run never leaves a half-written checkpoint that `train.resume=auto` would pick up.
 
-Loading builds no Python object a file names (`load_data`: `torch.load(weights_only=True)`,
+Loading builds no Python object a file names (`rspo.safe_load.load_data`: `torch.load(weights_only=True)`,
 after every record of the archive passed its CRC check; safetensors hold no code). A file
 that holds pickled objects, is truncated or corrupted, or is a trainer.pt of the old format
 (rspo's earlier versions pickled numpy's RNG state) is refused with one line naming it.
@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import random
 import shutil
-import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
+
+from rspo.config import ConfigError, load_config, to_dict
+from rspo.config_rules import resume_mismatches
+from rspo.policy_io import check_weights
+from rspo.safe_load import load_data, pickled_objects
+from rspo.sft import run_base
 
 PREFIX = "step_"
 COMPLETE = ("trainer.pt", "config.yaml", "policy/policy.json")  # what every checkpoint holds
@@ -61,8 +65,6 @@ def resolve(resume: str, output_dir: str | Path) -> Path | None:
 def require(path: str | Path) -> Path:
     """`rspo eval --checkpoint PATH`: PATH must be one complete checkpoint (weights, trainer
     state, recorded config), else a ConfigError naming what is wrong, before anything is written."""
-    from rspo.config import ConfigError
-
     path = Path(path)
     if not path.is_dir():
         raise ConfigError(f"--checkpoint {path}: no such directory")
@@ -131,11 +133,6 @@ def check_resume(cfg) -> None:
     agree with `cfg` on every key that changes what is trained, and its files must load as
     data (its trainer.pt, its policy's weights). Only the keys in
     `rspo.config_rules.MAY_CHANGE` (how long, how watched, where saved) may differ."""
-    from rspo.config import ConfigError, load_config, to_dict
-    from rspo.config_rules import resume_mismatches
-    from rspo.policy_io import check_weights
-    from rspo.sft import run_base
-
     path = resolve(cfg.train.resume, cfg.train.output_dir)
     if path is None:
         return
@@ -152,18 +149,18 @@ def check_resume(cfg) -> None:
 
 
 def save(
-    output_dir: str | Path, step: int, policy, trainer_state: dict, config_yaml: str, weights: dict | None = None
+    output_dir: str | Path, step: int, write_policy: Callable[[Path], None], trainer_state: dict, config_yaml: str
 ) -> Path:
     """Write checkpoint `step` atomically (temp dir + rename); returns its path. A failed
     write (a full disk) removes its temp dir and leaves the earlier checkpoints as they were.
-    `weights`: the policy's `state_dicts()`, when gathered beforehand (FSDP)."""
+    `write_policy(dir)` writes the policy's weights (`rspo.policy_io.save_policy`)."""
     root = checkpoint_dir(output_dir)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp_{PREFIX}{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
-        policy.save(tmp / "policy", weights)
+        write_policy(tmp / "policy")
         torch.save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "trainer.pt")
         objects = pickled_objects(tmp / "trainer.pt")
         if objects:  # a bug: this run could not resume from it
@@ -198,8 +195,6 @@ def load_trainer_state(path: Path, mmap: bool = False) -> dict:
     not read them (a check that it loads, before a resumed run builds anything). An
     old-format trainer.pt (numpy's RNG state pickled) is a ConfigError that says so and the
     ways forward."""
-    from rspo.config import ConfigError
-
     file = Path(path) / "trainer.pt"
     try:
         return load_data(file, mmap=mmap, map_location="cpu" if mmap else None)
@@ -212,48 +207,3 @@ def load_trainer_state(path: Path, mmap: bool = False) -> dict:
                 "the rspo version that wrote it resumes it"
             ) from None
         raise
-
-
-def load_data(file: Path, **kwargs) -> Any:
-    """`torch.load(file, weights_only=True)`: tensors and plain containers, never a pickled
-    object (building one can run any code). `file` must be a `torch.save` zip archive whose
-    every record passes its CRC check. Else a ConfigError naming the file and why: the
-    objects it pickles, or that it is truncated or corrupted."""
-    from rspo.config import ConfigError
-
-    damage = damaged(file)
-    if damage:
-        raise ConfigError(f"{file}: {damage}")
-    try:
-        return torch.load(file, weights_only=True, **kwargs)
-    except Exception as e:  # a malformed pickle raises about anything: struct.error, KeyError, ...
-        objects = pickled_objects(file)
-        if objects:
-            raise ConfigError(
-                f"{file}: refused: it pickles Python objects ({', '.join(objects)}), and building them can run code;"
-                " rspo loads tensors and plain containers only"
-            ) from None
-        if isinstance(e, pickle.UnpicklingError) and e.__context__:  # torch's wrapper: advice, then the cause
-            e = e.__context__
-        raise ConfigError(f"{file}: its pickle does not load as tensors and plain containers ({e})") from None
-
-
-def damaged(file: Path) -> str:
-    """Why `file` is not a whole `torch.save` zip archive, or "" when it is (every record
-    read and checked against its CRC-32)."""
-    try:
-        with zipfile.ZipFile(file) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, EOFError) as e:
-        return f"not a complete torch.save archive: truncated or corrupted ({e})"
-    return f"corrupted: its record {bad} fails its CRC check" if bad else ""
-
-
-def pickled_objects(file: Path) -> list[str]:
-    """The Python objects (`module.name`) that `file`'s pickle names beyond tensors and plain
-    containers, read without unpickling; [] when there are none or the pickle is malformed.
-    For messages only: `torch.load(weights_only=True)` is what refuses them."""
-    try:
-        return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(file))
-    except Exception:  # malformed (struct.error, EOFError, ...): `load_data` says so
-        return []

@@ -15,10 +15,14 @@ from collections import defaultdict
 
 import torch
 
+from rspo import checkpoint as ckpt
 from rspo.batch import TARGET
-from rspo.config import Config
+from rspo.config import Config, load_config
+from rspo.envs.pool import EnvPool
 from rspo.log import write_json
+from rspo.policy_io import build_policy, load_policy
 from rspo.rollout import Plan, collect
+from rspo.sft import model_corpus, run_base
 from rspo.stats import bootstrap_diff, fmt_interval, wilson
 
 
@@ -181,12 +185,6 @@ def evaluate_command(cfg: Config | None, checkpoint: str = "", overrides: list[s
     """`rspo eval`: evaluate a checkpoint (`checkpoint`, else the latest in `cfg`'s
     train.output_dir) with the model, envs and eval keys of its own recorded config.yaml,
     `overrides` applied on top. Prints and records which weights it evaluated."""
-    from rspo import checkpoint as ckpt
-    from rspo.config import load_config
-    from rspo.envs.pool import EnvPool
-    from rspo.policy_io import build_policy
-    from rspo.sft import model_corpus, run_base
-
     path = ckpt.require(checkpoint) if checkpoint else ckpt.latest(cfg.train.output_dir)
     if path is None:
         raise FileNotFoundError(f"no checkpoint in {cfg.train.output_dir}/checkpoints; pass --checkpoint DIR")
@@ -198,7 +196,7 @@ def evaluate_command(cfg: Config | None, checkpoint: str = "", overrides: list[s
     weights = {"checkpoint": str(path), "weights_sha256": ckpt.weights_digest(path / "policy")}
     with EnvPool(cfg.env, eval_pool_size(cfg)) as pool:
         policy = build_policy(cfg.model, model_corpus(cfg, pool), adapters=adapters)
-        policy.load(path / "policy", adapters)
+        load_policy(policy, path / "policy", adapters)
         results = evaluate(policy, pool, cfg)
         if cfg.eval.explorer:
             results |= evaluate(policy, pool, cfg, adapter="explorer", prefix="eval_explorer/")

@@ -285,3 +285,14 @@ def base_lm(lm: torch.nn.Module) -> PreTrainedModel:
     import peft
 
     return lm.get_base_model() if isinstance(lm, peft.PeftModel) else lm
+
+
+def base_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash that tells two models' weights apart: each tensor's name, shape and dtype,
+    and about 4,096 of its values, evenly strided (cheap at any size)."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        flat = t.detach().reshape(-1)
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        h.update(flat[:: max(1, flat.numel() // 4096)].contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]

@@ -23,8 +23,9 @@ Padding: prompts are left-padded, responses right-padded; attention masks are al
 passed in explicitly (pad may equal eos) and position ids are derived from them the way
 `generate` does, so a forward pass reproduces the sampling log-probs.
 
-This file holds the policies and their forward passes; `Policy.shard` / `gathered`
-(FSDP2) are in `rspo.sharding`, `save` / `load` and `build_policy` in `rspo.policy_io`.
+This file holds the policies and their forward passes; sharding them (FSDP2) is
+`rspo.sharding`'s, on the policy's modules; saving, loading and building one are plain
+functions in `rspo.policy_io`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ import torch
 from torch import Tensor, nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rspo import sharding
 from rspo.algorithms.losses import logprobs_from_logits
 from rspo.config import ModelConfig
-from rspo.models import base_lm
-from rspo.policy_io import PolicyFiles, base_fingerprint
-from rspo.sharding import SHARDED_ENGINES, SHARDED_ENGINES_UNSUPPORTED, ShardedPolicy
+from rspo.models import base_fingerprint, base_lm
+from rspo.sharding import SHARDED_ENGINES, SHARDED_ENGINES_UNSUPPORTED
 
 POLICIES = ("target", "explorer")
 CRITIC = "critic"  # the target's critic; the explorer's is "explorer_critic"
@@ -83,7 +84,7 @@ class PolicyNet(nn.Module):
         return self.value_heads[value](h.float()).squeeze(-1)
 
 
-class Policy(ShardedPolicy, PolicyFiles):
+class Policy:
     """Target/explorer policies (+ optional critics and reference) over one base model.
 
     `critic=True` gives every policy its own critic (`critic_name(policy)`): with RSPO the
@@ -125,15 +126,15 @@ class Policy(ShardedPolicy, PolicyFiles):
             self._setup_full(model, heads, reference)
 
     def _setup_lora(self, cfg: ModelConfig, model: PreTrainedModel, heads: dict[str, nn.Linear]) -> None:
-        self._peft = peft.get_peft_model(model, _lora_config(cfg), adapter_name="target")
+        self.peft_model = peft.get_peft_model(model, _lora_config(cfg), adapter_name="target")
         for name in self.names[1:] + self.critics:
-            self._peft.add_adapter(name, _lora_config(cfg))
+            self.peft_model.add_adapter(name, _lora_config(cfg))
         for name in self.names[1:]:
             self.copy_weights("target", name)  # all policies start from the same initialization
-        self._peft.set_requires_grad(list(self._peft.peft_config), True)
-        net = PolicyNet(self._peft, heads)
-        self.nets = {name: net for name in self._all_names()}
-        self._raw = dict(self.nets)
+        self.peft_model.set_requires_grad(list(self.peft_model.peft_config), True)
+        net = PolicyNet(self.peft_model, heads)
+        self.nets = {name: net for name in self.all_names()}
+        self.raw_nets = dict(self.nets)
         self._ref_model = None
 
     def _setup_full(self, model: PreTrainedModel, heads: dict[str, nn.Linear], reference: bool) -> None:
@@ -144,10 +145,10 @@ class Policy(ShardedPolicy, PolicyFiles):
             if out is not None and out.weight is not lm.get_input_embeddings().weight:
                 out.requires_grad_(False)  # the critic never uses the LM head
             self.nets[critic] = PolicyNet(lm, {critic: head})
-        self._raw = dict(self.nets)
+        self.raw_nets = dict(self.nets)
         self._ref_model = copy.deepcopy(model).requires_grad_(False).eval() if reference else None
 
-    def _all_names(self) -> list[str]:
+    def all_names(self) -> list[str]:
         return self.names + self.critics
 
     # --- selecting a policy -------------------------------------------------------------
@@ -180,12 +181,12 @@ class Policy(ShardedPolicy, PolicyFiles):
             raise RuntimeError("full fine-tuning keeps no reference model: build Policy(..., reference=True)")
         previous, self._in_reference = self._in_reference, True
         try:
-            with torch.no_grad(), self._peft.disable_adapter() if self.lora else contextlib.nullcontext():
+            with torch.no_grad(), self.peft_model.disable_adapter() if self.lora else contextlib.nullcontext():
                 yield self
         finally:
             self._in_reference = previous
             if self.lora:
-                self._peft.set_requires_grad(list(self._peft.peft_config), True)
+                self.peft_model.set_requires_grad(list(self.peft_model.peft_config), True)
 
     @contextlib.contextmanager
     def merged(self) -> Iterator[Policy]:
@@ -200,9 +201,9 @@ class Policy(ShardedPolicy, PolicyFiles):
             return
         if self.sharded:
             raise RuntimeError("rollout.merge_adapter merges whole weights: not with train.fsdp")
-        layers = [m for m in self._peft.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
+        layers = [m for m in self.peft_model.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
         saved = [m.get_base_layer().weight.detach().clone() for m in layers]
-        self._peft.merge_adapter([self.active])
+        self.peft_model.merge_adapter([self.active])
         try:
             yield self
         finally:
@@ -212,9 +213,9 @@ class Policy(ShardedPolicy, PolicyFiles):
                     layer.merged_adapters.clear()  # peft's record of what is merged: nothing now
 
     def _set_adapter(self, name: str) -> None:
-        if self.lora and self._peft.active_adapter != name:
-            self._peft.set_adapter(name)  # this sets requires_grad=False on the other adapters:
-            self._peft.set_requires_grad(list(self._peft.peft_config), True)  # undo, for the optimizers
+        if self.lora and self.peft_model.active_adapter != name:
+            self.peft_model.set_adapter(name)  # this sets requires_grad=False on the other adapters:
+            self.peft_model.set_requires_grad(list(self.peft_model.peft_config), True)  # undo, for the optimizers
 
     def _net(self, name: str) -> nn.Module:
         """The (maybe wrapped) module to run for `name`, in train mode iff grads are on."""
@@ -267,7 +268,7 @@ class Policy(ShardedPolicy, PolicyFiles):
     def generate(self, input_ids: Tensor, attention_mask: Tensor, rows: list[str] | None = None, **kwargs) -> Tensor:
         """`model.generate` with the active (or reference) policy, eval mode, no grads;
         `rows`: a policy per row instead (`mixed_batch`)."""
-        lm = self._ref_model if self._in_reference and not self.lora else self._raw[self.active].lm
+        lm = self._ref_model if self._in_reference and not self.lora else self.raw_nets[self.active].lm
         lm.eval()
         return lm.generate(input_ids=input_ids, attention_mask=attention_mask, **self.mixed_batch(rows), **kwargs)
 
@@ -287,39 +288,39 @@ class Policy(ShardedPolicy, PolicyFiles):
 
     def parameters_of(self, name: str) -> list[nn.Parameter]:
         """The trainable parameters of one policy (or "critic"), for its optimizer."""
-        if name not in self._all_names():
-            raise ValueError(f"unknown policy {name!r}; this Policy has {self._all_names()}")
-        net = self._raw[name]
+        if name not in self.all_names():
+            raise ValueError(f"unknown policy {name!r}; this Policy has {self.all_names()}")
+        net = self.raw_nets[name]
         if self.lora:
-            params = [p for n, p in self._peft.named_parameters() if "lora_" in n and f".{name}." in n]
+            params = [p for n, p in self.peft_model.named_parameters() if "lora_" in n and f".{name}." in n]
         else:
             params = [p for p in net.lm.parameters() if p.requires_grad]
         return params + (list(net.value_heads[name].parameters()) if name in self.critics else [])
 
     def parameters(self) -> list[nn.Parameter]:
         """Every parameter held (all policies, critics and the reference), each once."""
-        modules = [*self._raw.values(), *([self._ref_model] if self._ref_model is not None else [])]
+        modules = [*self.raw_nets.values(), *([self._ref_model] if self._ref_model is not None else [])]
         return list({id(p): p for m in modules for p in m.parameters()}.values())
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The parameters of every policy and critic that an optimizer trains, each once."""
-        return list({id(p): p for name in self._all_names() for p in self.parameters_of(name)}.values())
+        return list({id(p): p for name in self.all_names() for p in self.parameters_of(name)}.values())
 
     @property
     def model_config(self):
         """The base model's Hugging Face config (sizes for `rspo.memory`)."""
-        return self._raw["target"].lm.config
+        return self.raw_nets["target"].lm.config
 
     @torch.no_grad()
     def copy_weights(self, src: str, dst: str) -> None:
         """Copy policy `src`'s trainable weights into `dst` in place (optimizer state is kept)."""
         if self.lora:
-            named = dict(self._peft.named_parameters())
+            named = dict(self.peft_model.named_parameters())
             for n, p in named.items():
                 if "lora_" in n and f".{src}." in n:
                     named[n.replace(f".{src}.", f".{dst}.")].copy_(p)
         else:
-            self._raw[dst].lm.load_state_dict(self._raw[src].lm.state_dict())
+            self.raw_nets[dst].lm.load_state_dict(self.raw_nets[src].lm.state_dict())
 
     def wrap(self, prepare: Callable[[nn.Module], nn.Module]) -> None:
         """Replace each trainable module by `prepare(module)` (e.g. `accelerator.prepare`).
@@ -327,18 +328,38 @@ class Policy(ShardedPolicy, PolicyFiles):
         Refuses weight-sharding wrappers (FSDP, DeepSpeed): see `SHARDED_ENGINES`.
         """
         wrapped: dict[int, nn.Module] = {}
-        for name, net in self._raw.items():
+        for name, net in self.raw_nets.items():
             wrapped.setdefault(id(net), prepare(net))
             self.nets[name] = wrapped[id(net)]
             if any(cls.__name__ in SHARDED_ENGINES for cls in type(self.nets[name]).__mro__):
                 raise NotImplementedError(SHARDED_ENGINES_UNSUPPORTED)
 
-    def _modules(self) -> list[nn.Module]:
+    def shard(self) -> None:
+        """Shard the trainable modules over the ranks with FSDP2 (`rspo.sharding.shard`)."""
+        sharding.shard(self.unique_modules(), self.device)
+        self.sharded = True
+
+    @contextlib.contextmanager
+    def gathered(self) -> Iterator[None]:
+        """Sharded weights gathered whole for the block (`rspo.sharding.gathered`): a rollout,
+        an eval, one minibatch's update. Every rank enters it together. A no-op when
+        unsharded, and inside another `gathered` (the outer block gathers and reshards)."""
+        if not self.sharded or self._gathered:
+            yield
+            return
+        self._gathered = True
+        try:
+            with sharding.gathered(self.unique_modules()):
+                yield
+        finally:
+            self._gathered = False
+
+    def unique_modules(self) -> list[nn.Module]:
         """The distinct trainable modules (one with LoRA; one per policy and critic otherwise)."""
-        return list({id(n): n for n in self._raw.values()}.values())
+        return list({id(n): n for n in self.raw_nets.values()}.values())
 
     def to(self, device: torch.device | str) -> Policy:
-        for net in self._modules():
+        for net in self.unique_modules():
             net.to(device)
         if self._ref_model is not None:
             self._ref_model.to(device)
@@ -347,13 +368,13 @@ class Policy(ShardedPolicy, PolicyFiles):
     @property
     def eos_token_ids(self) -> set[int]:
         """Every id that ends a response: the tokenizer's eos and the model's generation eos."""
-        gen = self._raw["target"].lm.generation_config.eos_token_id
+        gen = self.raw_nets["target"].lm.generation_config.eos_token_id
         ids = {self.tokenizer.eos_token_id, *(gen if isinstance(gen, (list, tuple)) else [gen])}
         return {i for i in ids if i is not None}
 
     @property
     def device(self) -> torch.device:
-        return next(self._raw["target"].parameters()).device
+        return next(self.raw_nets["target"].parameters()).device
 
 
 def enable_checkpointing(model: PreTrainedModel, lora: bool) -> None:

@@ -1,6 +1,7 @@
-"""Policies on disk, and building one: `save`, `load` (methods of `Policy`) and `build_policy`.
+"""Policies on disk, and building one: `save_policy`, `load_policy`, `build_policy` (plain
+functions of a `rspo.policy.Policy`; the policy knows nothing of files).
 
-Layout of a saved policy directory (`Policy.save`):
+Layout of a saved policy directory (`save_policy`):
   LoRA     stock peft adapter dirs, `<dir>/<name>/` for every policy and critic
            (`PeftModel.from_pretrained(base, dir / "target")` loads one)
   full FT  `save_pretrained` dirs `<dir>/<name>/`, each with the tokenizer (standalone models)
@@ -9,143 +10,124 @@ Layout of a saved policy directory (`Policy.save`):
            ({"lora", "policies", "critic"}, and with LoRA "base": the base model's
            `base_fingerprint`, so adapters never load onto another base than their own)
 Weights are read as safetensors; peft's pickle-format `adapter_model.bin` only with
-`model.allow_pickle_adapters`, and then as tensors only (`checkpoint.load_data`).
+`model.allow_pickle_adapters`, and then as tensors only (`rspo.safe_load.load_data`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import peft
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import PreTrainedModel
 
-from rspo.checkpoint import load_data
 from rspo.config import ConfigError, ModelConfig
 from rspo.models import Corpus, load_base
-
-if TYPE_CHECKING:
-    from rspo.policy import Policy
+from rspo.policy import Policy, critic_name
+from rspo.safe_load import load_data
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 ADAPTER_FILE, PICKLED_ADAPTER_FILE = "adapter_model.safetensors", "adapter_model.bin"  # peft's, per adapter dir
 
 
-def base_fingerprint(model: nn.Module) -> str:
-    """A short hash that tells two models' weights apart: each tensor's name, shape and dtype,
-    and about 4,096 of its values, evenly strided (cheap at any size)."""
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        flat = t.detach().reshape(-1)
-        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        h.update(flat[:: max(1, flat.numel() // 4096)].contiguous().cpu().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()[:16]
+def state_dicts(policy: Policy) -> dict[str, dict[str, Tensor]]:
+    """Each policy's module's state dict, for `save_policy`. Sharded: gathered whole onto the
+    main rank's CPU (a collective: every rank calls it, the others get empty dicts); with
+    LoRA only the trainable weights are gathered, not the frozen base."""
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=policy.lora)
+    states = {id(net): get_model_state_dict(net, options=opts) if policy.sharded else net.state_dict()
+              for net in policy.unique_modules()}  # fmt: skip
+    return {name: states[id(net)] for name, net in policy.raw_nets.items()}
 
 
-class PolicyFiles:
-    """`Policy`'s save and load methods (a mixin: it reads the policy's modules and names)."""
+def save_policy(policy: Policy, directory: str | Path, state: dict[str, dict[str, Tensor]] | None = None) -> None:
+    """Write every policy to `directory/<name>/` and the tokenizer to `directory/`.
 
-    def state_dicts(self) -> dict[str, dict[str, Tensor]]:
-        """Each policy's module's state dict, for `save`. Sharded: gathered whole onto the
-        main rank's CPU (a collective: every rank calls it, the others get empty dicts);
-        with LoRA only the trainable weights are gathered, not the frozen base."""
-        if self.sharded:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    LoRA: stock peft adapter dirs (`PeftModel.from_pretrained(base, directory/"target")`
+    loads one). Full FT: `save_pretrained` dirs (with the tokenizer: standalone models).
+    Each critic's value head goes to `directory/<critic>/value_head.safetensors`.
+    `state`: `state_dicts(policy)` (required when sharded: gathered on every rank, written by one).
+    """
+    if state is None:
+        if policy.sharded:
+            raise RuntimeError("a sharded Policy saves state_dicts(policy) gathered on every rank: pass it as state")
+        state = state_dicts(policy)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    policy.tokenizer.save_pretrained(directory)
+    if policy.lora:
+        lm = _part(state["target"], "lm.")
+        policy.peft_model.save_pretrained(directory, selected_adapters=policy.all_names(), state_dict=lm)
+    else:
+        for name in policy.all_names():
+            policy.raw_nets[name].lm.save_pretrained(directory / name, state_dict=_part(state[name], "lm."))
+            policy.tokenizer.save_pretrained(directory / name)
+    for critic in policy.critics:
+        save_file(_part(state[critic], f"value_heads.{critic}."), directory / critic / VALUE_HEAD_FILE)
+    meta = {"lora": policy.lora, "policies": policy.names, "critic": bool(policy.critics)}
+    if policy.lora:
+        meta["base"] = policy.base_fingerprint
+    (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
 
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=self.lora)
-        states = {id(net): get_model_state_dict(net, options=opts) if self.sharded else net.state_dict()
-                  for net in self._modules()}  # fmt: skip
-        return {name: states[id(net)] for name, net in self._raw.items()}
 
-    def save(self, directory: str | Path, state: dict[str, dict[str, Tensor]] | None = None) -> None:
-        """Write every policy to `directory/<name>/` and the tokenizer to `directory/`.
+def load_policy(policy: Policy, directory: str | Path, names: Iterable[str] | None = None) -> list[str]:
+    """Load weights saved by `save_policy` into `policy` in place; returns the names loaded.
 
-        LoRA: stock peft adapter dirs (`PeftModel.from_pretrained(base, directory/"target")`
-        loads one). Full FT: `save_pretrained` dirs (with the tokenizer: standalone models).
-        Each critic's value head goes to `directory/<critic>/value_head.safetensors`.
-        `state`: `state_dicts()` (required when sharded: gathered on every rank, written by one).
-        """
-        if state is None:
-            if self.sharded:
-                raise RuntimeError("a sharded Policy saves state_dicts() gathered on every rank: save(dir, state)")
-            state = self.state_dicts()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.tokenizer.save_pretrained(directory)
-        if self.lora:
-            lm = _part(state["target"], "lm.")
-            self._peft.save_pretrained(directory, selected_adapters=self._all_names(), state_dict=lm)
+    `names=None` loads every policy of `policy` that `directory/policy.json` lists.
+    A missing `policy.json`, policy directory or weights file is an error, never a skip.
+    """
+    directory = Path(directory)
+    meta_file = directory / "policy.json"
+    if not meta_file.is_file():  # a missing or incomplete checkpoint: never load nothing silently
+        raise FileNotFoundError(f"{directory}: no saved policy there (no policy.json)")
+    meta = json.loads(meta_file.read_text())
+    if meta["lora"] != policy.lora:
+        raise ValueError(f"{directory} was saved with lora.enabled={not policy.lora}, this run has {policy.lora}")
+    if policy.lora and meta.get("base", policy.base_fingerprint) != policy.base_fingerprint:  # older saves lack it
+        raise ValueError(
+            f"{directory}: its LoRA adapters were trained on another base model (fingerprint {meta['base']}, "
+            f"this one's {policy.base_fingerprint}); build the base they were trained on (its run's "
+            "model.init_from, the warm start) or evaluate the checkpoint with `rspo eval --checkpoint`"
+        )
+    if names is None:  # what policy.json says `save_policy` wrote, of the policies `policy` has
+        written = meta["policies"] + ([critic_name(n) for n in meta["policies"]] if meta["critic"] else [])
+        names = [n for n in policy.all_names() if n in written]
+    names = list(names)
+    for name in names:
+        sub = directory / name
+        if not sub.is_dir():
+            raise FileNotFoundError(f"{sub} does not exist (saved policies: {_saved(directory)})")
+        if policy.lora:
+            state = read_weights(adapter_file(sub, policy.allow_pickle_adapters), str(policy.device))
+            result = peft.set_peft_model_state_dict(policy.peft_model, state, adapter_name=name)
+            if result.unexpected_keys:
+                raise ValueError(f"{sub}: weights that do not fit this model: {result.unexpected_keys[:3]}")
         else:
-            for name in self._all_names():
-                self._raw[name].lm.save_pretrained(directory / name, state_dict=_part(state[name], "lm."))
-                self.tokenizer.save_pretrained(directory / name)
-        for critic in self.critics:
-            save_file(_part(state[critic], f"value_heads.{critic}."), directory / critic / VALUE_HEAD_FILE)
-        meta = {"lora": self.lora, "policies": self.names, "critic": bool(self.critics)}
-        if self.lora:
-            meta["base"] = self.base_fingerprint
-        (directory / "policy.json").write_text(json.dumps(meta, indent=2) + "\n")
+            _load_safetensors(policy.raw_nets[name].lm, sub)
+        if name in policy.critics:
+            head = policy.raw_nets[name].value_heads[name]
+            head.load_state_dict(read_weights(sub / VALUE_HEAD_FILE, str(policy.device)))
+    return names
 
-    def load(self, directory: str | Path, names: Iterable[str] | None = None) -> list[str]:
-        """Load weights saved by `save` in place; returns the names loaded.
 
-        `names=None` loads every policy of this object that `directory/policy.json` lists.
-        A missing `policy.json`, policy directory or weights file is an error, never a skip.
-        """
-        directory = Path(directory)
-        meta_file = directory / "policy.json"
-        if not meta_file.is_file():  # a missing or incomplete checkpoint: never load nothing silently
-            raise FileNotFoundError(f"{directory}: no saved policy there (no policy.json)")
-        meta = json.loads(meta_file.read_text())
-        if meta["lora"] != self.lora:
-            raise ValueError(f"{directory} was saved with lora.enabled={not self.lora}, this run has {self.lora}")
-        if self.lora and meta.get("base", self.base_fingerprint) != self.base_fingerprint:  # older saves lack it
-            raise ValueError(
-                f"{directory}: its LoRA adapters were trained on another base model (fingerprint {meta['base']}, "
-                f"this one's {self.base_fingerprint}); build the base they were trained on (its run's "
-                "model.init_from, the warm start) or evaluate the checkpoint with `rspo eval --checkpoint`"
-            )
-        if names is None:  # what policy.json says `save` wrote, of the policies this object has
-            from rspo.policy import critic_name  # (rspo.policy imports this module)
-
-            written = meta["policies"] + ([critic_name(n) for n in meta["policies"]] if meta["critic"] else [])
-            names = [n for n in self._all_names() if n in written]
-        names = list(names)
-        for name in names:
-            sub = directory / name
-            if not sub.is_dir():
-                raise FileNotFoundError(f"{sub} does not exist (saved policies: {_saved(directory)})")
-            if self.lora:
-                state = read_weights(adapter_file(sub, self.allow_pickle_adapters), str(self.device))
-                result = peft.set_peft_model_state_dict(self._peft, state, adapter_name=name)
-                if result.unexpected_keys:
-                    raise ValueError(f"{sub}: weights that do not fit this model: {result.unexpected_keys[:3]}")
-            else:
-                _load_safetensors(self._raw[name].lm, sub)
-            if name in self.critics:
-                head = self._raw[name].value_heads[name]
-                head.load_state_dict(read_weights(sub / VALUE_HEAD_FILE, str(self.device)))
-        return names
-
-    def merged_target(self) -> PreTrainedModel:
-        """A plain HF model of the target policy (LoRA merged into a copy of the base)."""
-        if not self.lora:
-            return copy.deepcopy(self._raw["target"].lm)
-        model = copy.deepcopy(self._peft)
-        model.set_adapter("target")
-        for name in self._all_names():
-            if name != "target":
-                model.delete_adapter(name)
-        return model.merge_and_unload()
+def merged_target(policy: Policy) -> PreTrainedModel:
+    """A plain HF model of the target policy (LoRA merged into a copy of the base)."""
+    if not policy.lora:
+        return copy.deepcopy(policy.raw_nets["target"].lm)
+    model = copy.deepcopy(policy.peft_model)
+    model.set_adapter("target")
+    for name in policy.all_names():
+        if name != "target":
+            model.delete_adapter(name)
+    return model.merge_and_unload()
 
 
 def build_policy(
@@ -160,7 +142,7 @@ def build_policy(
 
     `init_from` is either a full Hugging Face model directory (e.g. the `rspo sft` warm
     start, which saves a merged model): it replaces the base model, and fresh adapters go
-    on top; or a policy directory written by `Policy.save` (a checkpoint's `policy/`):
+    on top; or a policy directory written by `save_policy` (a checkpoint's `policy/`):
     its weights load into the policies. Policies that checkpoint lacks start as copies of
     its target; a critic it lacks starts fresh.
     """
@@ -168,14 +150,12 @@ def build_policy(
         raise FileNotFoundError(f"model.init_from={cfg.init_from}: no such directory")
     if cfg.init_from and (Path(cfg.init_from) / "config.json").is_file():  # a full HF model
         cfg = dataclasses.replace(cfg, name=cfg.init_from, init_from="")
-    from rspo.policy import Policy  # which inherits these methods
-
     model, tokenizer = load_base(cfg, corpus)
     policy = Policy(cfg, model, tokenizer, adapters=adapters, critic=critic, reference=reference)
     if device is not None:
         policy.to(device)
     if cfg.init_from:
-        loaded = policy.load(cfg.init_from)
+        loaded = load_policy(policy, cfg.init_from)
         if "target" not in loaded:
             raise FileNotFoundError(f"model.init_from={cfg.init_from}: no target policy saved there")
         for name in policy.names:
@@ -234,7 +214,7 @@ def read_weights(file: Path, device: str, header_only: bool = False) -> dict[str
 
 def check_weights(directory: Path, allow_pickle: bool) -> None:
     """Before a run that will load saved policy `directory` builds anything: each weights file
-    that `Policy.load` would read loads (`read_weights`, reading no tensors), else the
+    that `load_policy` would read loads (`read_weights`, reading no tensors), else the
     ConfigError naming the first that does not."""
     for f in sorted(directory.rglob("*.safetensors")):
         read_weights(f, "cpu", header_only=True)

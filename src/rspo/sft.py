@@ -23,6 +23,8 @@ import torch
 from tqdm import tqdm
 
 from rspo.config import Config
+from rspo.envs.pool import EnvPool
+from rspo.policy_io import build_policy, merged_target
 from rspo.prompts import Turn, add_history, format_response, render_prompt, user_message
 
 
@@ -150,9 +152,6 @@ def lr_factor(schedule: str, step: int, steps: int) -> float:
 
 def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     """Collect demonstrations, build/load the model, fine-tune, save a full model to `out_dir`."""
-    from rspo.envs.pool import EnvPool
-    from rspo.policy_io import build_policy
-
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     with EnvPool(cfg.env, min(16, cfg.sft.episodes)) as pool:
@@ -184,7 +183,7 @@ def run_sft(cfg: Config, out_dir: Path, progress: bool = True) -> Path:
     bar.close()
     tmp = out_dir.with_name(f".tmp-{out_dir.name}-{os.getpid()}")  # written whole, then renamed: a killed
     shutil.rmtree(tmp, ignore_errors=True)  # run never leaves a warm start that looks complete
-    policy.merged_target().save_pretrained(tmp)
+    merged_target(policy).save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "sft_summary.txt").write_text(
         f"demonstrations={len(demos)} episodes={cfg.sft.episodes} steps={steps} "

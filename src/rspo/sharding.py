@@ -1,5 +1,5 @@
-"""Sharded training (`Policy.shard`, FSDP2): the policies' weights, gradients and optimizer
-state split over the ranks.
+"""Sharded training (FSDP2, on a policy's modules: `Policy.shard` calls `shard`): the
+policies' weights, gradients and optimizer state split over the ranks.
 
 With sharded weights every forward pass would be a collective that all ranks must run
 alike, which rollouts (a rank-dependent number of `generate` calls) do not. So rspo
@@ -18,18 +18,21 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from rspo.models import base_lm
 
 # Wrappers that shard weights behind rspo's back: every forward pass becomes a collective
 # that all ranks must run alike, which rollouts (a rank-dependent number of generate calls)
-# do not. rspo shards with FSDP2 itself (`Policy.shard`), gathering around such passes.
+# do not. rspo shards with FSDP2 itself (`shard`), gathering around such passes.
 SHARDED_ENGINES = ("FSDPModule", "FullyShardedDataParallel", "DeepSpeedEngine")
 SHARDED_ENGINES_UNSUPPORTED = (
     "a weight-sharding wrapper from accelerate.prepare (FSDP / DeepSpeed) is not supported: with sharded "
@@ -39,75 +42,61 @@ SHARDED_ENGINES_UNSUPPORTED = (
 )
 
 
-class ShardedPolicy:
-    """`Policy`'s FSDP2 methods (a mixin: it reads the policy's modules and device)."""
+def shard(nets: list[nn.Module], device: torch.device) -> None:
+    """Shard every module of `nets` (a policy's `PolicyNet`s) over the ranks with FSDP2
+    (`fully_shard`): each decoder layer, then the whole module (embeddings, norm, LM head,
+    value heads).
 
-    def shard(self) -> None:
-        """Shard every trainable module over the ranks with FSDP2 (`fully_shard`): each
-        decoder layer, then the whole module (embeddings, norm, LM head, value heads).
+    Needs an initialized process group (`accelerate launch`). Every rank starts from
+    rank 0's weights (ranks seed their LoRA initializations apart). Build optimizers
+    after this: the parameters become DTensor shards. The KL reference of full fine-tuning
+    stays whole on every rank. One forward through each module makes it FSDP's root,
+    before `generate` can run a layer alone (which would make that layer the root);
+    the root keeps its weights gathered after a forward, so they are resharded.
+    """
+    for net in nets:
+        for tensor in [*net.parameters(), *net.buffers()]:  # rank 0's initialization, as DDP does
+            dist.broadcast(tensor.data, src=0)
+        for layer in base_lm(net.lm).get_decoder().layers:
+            fully_shard(layer)
+        fully_shard(net)
+        one = torch.ones(1, 1, dtype=torch.long, device=device)
+        with torch.no_grad():
+            net.eval()(one, one, logits_to_keep=1)
+        net.reshard()
+        for module in net.modules():  # loading keeps working: whole tensors in, this rank's shards kept
+            module.register_load_state_dict_pre_hook(_shard_on_load)
 
-        Needs an initialized process group (`accelerate launch`). Every rank starts from
-        rank 0's weights (ranks seed their LoRA initializations apart). Build optimizers
-        after this: the parameters become DTensor shards. The KL reference of full fine-tuning
-        stays whole on every rank. One forward through each module makes it FSDP's root,
-        before `generate` can run a layer alone (which would make that layer the root);
-        the root keeps its weights gathered after a forward, so they are resharded.
-        """
-        import torch.distributed as dist
-        from torch.distributed.fsdp import fully_shard
 
-        for net in self._modules():
-            for tensor in [*net.parameters(), *net.buffers()]:  # rank 0's initialization, as DDP does
-                dist.broadcast(tensor.data, src=0)
-            for layer in base_lm(net.lm).get_decoder().layers:
-                fully_shard(layer)
-            fully_shard(net)
-            one = torch.ones(1, 1, dtype=torch.long, device=self.device)
-            with torch.no_grad():
-                net.eval()(one, one, logits_to_keep=1)
-            net.reshard()
-            for module in net.modules():  # `load` keeps working: whole tensors in, this rank's shards kept
-                module.register_load_state_dict_pre_hook(_shard_on_load)
-        self.sharded = True
-
-    @contextlib.contextmanager
-    def gathered(self) -> Iterator[None]:
-        """Sharded weights gathered whole on every rank for the block, which then runs its
-        forward and backward passes with no collective (`gradient_sync_off` keeps backward
-        passes local until the one that reduces the gradients). Every rank must enter it
-        together. Parameters read inside it (`parameters_of`, `state_dict`) are the gathered
-        copies: step optimizers on the shards they were built with. A no-op when unsharded."""
-        if not self.sharded or self._gathered:  # nested: the outer block gathers and reshards
-            yield
-            return
-        self._gathered = True
-        modules = [m for net in self._modules() for m in fsdp_modules(net)]
+@contextlib.contextmanager
+def gathered(nets: list[nn.Module]) -> Iterator[None]:
+    """The sharded weights of `nets` gathered whole on every rank for the block, which then
+    runs its forward and backward passes with no collective (`gradient_sync_off` keeps
+    backward passes local until the one that reduces the gradients). Every rank must enter
+    it together. Parameters read inside it (`parameters_of`, `state_dict`) are the gathered
+    copies: step optimizers on the shards they were built with."""
+    modules = [m for net in nets for m in fsdp_modules(net)]
+    for m in modules:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.set_reshard_after_backward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
         for m in modules:
-            m.set_reshard_after_forward(False, recurse=False)
-            m.set_reshard_after_backward(False, recurse=False)
-            m.unshard()
-        try:
-            yield
-        finally:
-            self._gathered = False
-            for m in modules:
-                m.reshard()
-                m.set_reshard_after_forward(True, recurse=False)
-                m.set_reshard_after_backward(True, recurse=False)
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
+            m.set_reshard_after_backward(True, recurse=False)
 
 
 def fsdp_modules(net: nn.Module) -> list[nn.Module]:
     """The modules of `net` that FSDP2 sharded (none when unsharded)."""
-    from torch.distributed.fsdp import FSDPModule
-
     return [m for m in net.modules() if isinstance(m, FSDPModule)]
 
 
 def _shard_on_load(module: nn.Module, state: dict, prefix: str, *_) -> None:
     """A load_state_dict pre-hook: each whole tensor loaded into a sharded (DTensor)
     parameter of `module` is cut to this rank's shard first (locally: every rank has it)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
     for name, param in module.named_parameters(recurse=False):
         value = state.get(prefix + name)
         if isinstance(param, DTensor) and value is not None and not isinstance(value, DTensor):

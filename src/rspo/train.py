@@ -12,6 +12,7 @@ mode (modes answer the same calls, `rspo.rewards.modes`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import time
 from dataclasses import dataclass
@@ -25,12 +26,16 @@ from rspo import checkpoint
 from rspo.algorithms import ALGORITHMS, turns_from_batch
 from rspo.batch import EXPERT, EXPLORER, TARGET
 from rspo.config import Config, ConfigError, dump
+from rspo.envs.pool import EnvPool
 from rspo.eval import eval_pool_size, evaluate_tasks, metrics_of, paired_differences, summary_table
 from rspo.log import TRACE, Logger, RunProgress, format_transcript, write_json
+from rspo.memory import estimate_for
 from rspo.multinode import checked_everywhere, main_decides, share_dir
+from rspo.policy_io import build_policy, load_policy, save_policy, state_dicts
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
 from rspo.rollout import collect
+from rspo.sft import model_corpus, run_sft, warm_start_dir
 from rspo.update import Learner, critic_values, learner_advantages, make_learner, update_learner
 
 CONSOLE_KEYS = [
@@ -65,11 +70,6 @@ class Run:
 
 
 def setup(cfg: Config) -> Run:
-    from rspo.envs.pool import EnvPool
-    from rspo.memory import estimate_for
-    from rspo.policy_io import build_policy
-    from rspo.sft import model_corpus
-
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)  # only the active adapter gets grads
@@ -110,8 +110,6 @@ def setup(cfg: Config) -> Run:
 def warm_start(cfg: Config, acc: Accelerator) -> Path:
     """Run the SFT warm start once (global main process) and reuse it on later runs; sent
     to the machines that lack it (`rspo.multinode`)."""
-    from rspo.sft import run_sft, warm_start_dir
-
     out = warm_start_dir(cfg)
     if acc.is_main_process and not (out / "config.json").is_file():
         run_sft(cfg, out, progress=cfg.log.progress)
@@ -207,14 +205,15 @@ def pick(metrics: dict[str, float], keys) -> dict[str, float]:
 
 
 def save(run: Run) -> None:
-    weights = run.policy.state_dicts()  # FSDP: gathered onto the main rank (all ranks take part)
+    weights = state_dicts(run.policy)  # FSDP: gathered onto the main rank (all ranks take part)
     state = {name: l.state_dict() for name, l in run.learners.items()}
     state["rank_buffer"] = gather_object([run.mode.state_dict()])  # each rank's (RSPO: its replay buffer)
     state["rank_rng"] = gather_object([checkpoint.rng_state()])  # each rank samples its own stream
     state["env_steps"], state["curve"], state["before"] = run.env_steps, run.curve, run.before
     state["trace"] = run.trace
     if run.acc.is_main_process:
-        checkpoint.save(run.cfg.train.output_dir, run.step, run.policy, state, dump(run.cfg), weights)
+        write_policy = functools.partial(save_policy, run.policy, state=weights)
+        checkpoint.save(run.cfg.train.output_dir, run.step, write_policy, state, dump(run.cfg))
     run.acc.wait_for_everyone()
 
 
@@ -226,7 +225,7 @@ def resume(run: Run) -> None:
         return
     share_dir(run.acc, path)
     state = checkpoint.load_trainer_state(path)
-    run.policy.load(path / "policy")
+    load_policy(run.policy, path / "policy")
     for name, learner in run.learners.items():
         learner.load_state_dict(state[name])
     run.mode.load_state_dict(state.get("rank_buffer") or [], run.acc.process_index, run.acc.num_processes)
