@@ -9,8 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rspo.config import ConfigError, WebshopConfig, load_config
-from rspo.config_rules import RANGES
+from rspo.config import RANGES, ConfigError, WebshopConfig, load_config
 from rspo.envs import webshop_cache
 from rspo.envs.webshop import WebshopEnv, best_score, expert_query, offers, reading_order
 from rspo.envs.webshop_cache import level_dir, level_of, load_level

@@ -1,9 +1,10 @@
 """Typed configuration: one flat YAML per experiment plus dotted `key=value` overrides.
 
 Every field below is read somewhere in the code; grep for its dotted name's last part
-(e.g. `cfg.rollout.group_size`) to find where. Fields with a fixed set of values list
-them in `CHOICES`. A bad key, type or value raises `ConfigError`, whose one-line message
-names the key, the bad value and the valid choices; the CLI turns it into exit code 2.
+(e.g. `cfg.rollout.group_size`) to find where. A field's default, comment, range and
+choices stand together (`knob`); rules that tie keys together are `config_rules.problem`'s.
+A bad key, type or value raises `ConfigError`, whose one-line message names the key, the
+bad value and the valid choices; the CLI turns it into exit code 2.
 """
 
 from __future__ import annotations
@@ -46,12 +47,23 @@ class ConfigError(ValueError):
     """A config problem, phrased as one line for the user."""
 
 
+def knob(default: Any = None, *, factory: Any = None, bounds: str = "", choices: list[str] | None = None) -> Any:
+    """A config field whose valid values stand beside its default: `bounds`, a number's range
+    (">= a", "> a", "[a, b]", "(a, b]" or "[a, b)"; every number must also be finite), or
+    `choices`, the values a string (or each string of a list) may take. `factory` makes a
+    list default. `RANGES` and `CHOICES` are read from these fields."""
+    meta = {"bounds": bounds, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
 @dataclass
 class LoraConfig:
     enabled: bool = True  # False = full fine-tuning
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
+    r: int = knob(8, bounds=">= 1")
+    alpha: int = knob(16, bounds="> 0")
+    dropout: float = knob(0.0, bounds="[0, 1)")
     # module names (the default: every linear layer of a Llama / Qwen2 block), or [all-linear]:
     # every linear layer but the LM head, in any architecture (peft's shorthand)
     target_modules: list[str] = field(
@@ -63,21 +75,21 @@ class LoraConfig:
 class TinyModelConfig:
     """Size of the `model.name=tiny` model (a Llama-config model built offline)."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    vocab_size: int = 1024  # BPE vocabulary trained on environment text
+    hidden_size: int = knob(64, bounds=">= 1")
+    num_layers: int = knob(2, bounds=">= 1")
+    num_heads: int = knob(4, bounds=">= 1")
+    vocab_size: int = knob(1024, bounds=">= 1")  # BPE vocabulary trained on environment text
     # bpe: byte-level BPE with GPT-2's splits (letters and digits apart, so an id like
     # WebShop's "b0kp3g4uox" is 7 pieces); words: letters and digits together, so with a
     # vocab_size large enough every word of the corpus (ids included) is one token, which
     # a tiny model can copy from the observation; anything else still encodes, as bytes
-    tokenizer: str = "bpe"
+    tokenizer: str = knob("bpe", choices=["bpe", "words"])
 
 
 @dataclass
 class ModelConfig:
     name: str = "tiny"  # tiny | smollm2-135m | a local path or hub id
-    dtype: str = "float32"
+    dtype: str = knob("float32", choices=["float32", "bfloat16"])
     allow_hub: bool = False  # False: never touch the network (local files / cache only)
     init_from: str = ""  # a checkpoint directory to start from (e.g. `rspo sft` output)
     # load peft's pickle-format adapter_model.bin (as tensors only) where a saved policy has no
@@ -92,156 +104,171 @@ class ModelConfig:
 class AlfworldConfig:
     data_dir: str = ""  # official data root (has json_2.1.1/); empty: $ALFWORLD_DATA, else generated games
     games_dir: str = ""  # where generated games are written; empty: the rspo cache
-    num_train: int = 600  # generated split sizes (official: 3553 / 140 / 134)
-    num_eval_in_distribution: int = 140
-    num_eval_out_of_distribution: int = 134
-    task_types: list[str] = field(default_factory=lambda: list(ALFWORLD_TASK_TYPES))
-    max_steps: int = 50
-    seed: int = 0
-    max_receptacles: int = (
-        ALFWORLD_MAX_RECEPTACLES  # generated rooms' size (the task's own 1-4 always included): fewer = easier
-    )
+    num_train: int = knob(600, bounds=">= 1")  # generated split sizes (official: 3553 / 140 / 134)
+    num_eval_in_distribution: int = knob(140, bounds=">= 1")
+    num_eval_out_of_distribution: int = knob(134, bounds=">= 1")
+    task_types: list[str] = knob(factory=lambda: list(ALFWORLD_TASK_TYPES), choices=ALFWORLD_TASK_TYPES)
+    max_steps: int = knob(50, bounds=">= 1")
+    seed: int = knob(0, bounds=">= 0")
+    # generated rooms' size (the task's own 1-4 always included): fewer = easier
+    max_receptacles: int = knob(ALFWORLD_MAX_RECEPTACLES, bounds=">= 1")
 
 
 @dataclass
 class WebshopConfig:
-    num_products: int = 2000
-    num_goals: int = 2500  # goals 0..num_test_goals-1 are the test split, the rest train
-    num_test_goals: int = 500
-    outcome: str = "success"  # outcome reward channel: success (score == 1) | score
-    max_steps: int = 15
-    seed: int = 0
+    num_products: int = knob(2000, bounds=">= 1")
+    num_goals: int = knob(2500, bounds=">= 2")  # goals 0..num_test_goals-1 are the test split, the rest train
+    num_test_goals: int = knob(500, bounds=">= 1")
+    outcome: str = knob("success", choices=["success", "score"])  # outcome reward channel: success (score == 1) | score
+    max_steps: int = knob(15, bounds=">= 1")
+    seed: int = knob(0, bounds=">= 0")
     # difficulty of the generated shop (defaults: the original's); each level's catalog is
     # generated once into the rspo cache (rspo.envs.webshop_cache)
-    num_product_types: int = 0  # product types the catalog draws from (of 30); 0 = all. Fewer: fewer look-alikes
-    max_option_types: int = 2  # option types (colour, size, ...) a product keeps (2 = all); 0 = none to select
-    variant_fraction: float = 0.4  # share of near-copies differing in one attribute, option or price
-    title_attributes: int = 1  # attributes a product's title names (4 = all); the rest only on its item page
-    page_size: int = 10  # results per page
+    # product types the catalog draws from (of 30); 0 = all. Fewer: fewer look-alikes
+    num_product_types: int = knob(0, bounds="[0, 30]")
+    # option types (colour, size, ...) a product keeps (2 = all); 0 = none to select
+    max_option_types: int = knob(2, bounds="[0, 2]")
+    # share of near-copies differing in one attribute, option or price
+    variant_fraction: float = knob(0.4, bounds="[0, 1)")
+    # attributes a product's title names (4 = all); the rest only on its item page
+    title_attributes: int = knob(1, bounds=">= 1")
+    page_size: int = knob(10, bounds=">= 1")  # results per page
     # the expert of the SFT demonstrations: oracle (knows the goal's item: opens it at once) |
     # reader (acts only on what the pages show: the best-named title under the price, its options)
-    expert: str = "oracle"
-    backend: str = "generated"  # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
+    expert: str = knob("oracle", choices=["oracle", "reader"])
+    # generated (our catalog) | real (princeton-nlp's web_agent_site, if installed)
+    backend: str = knob("generated", choices=["generated", "real"])
     real_file_path: str = ""  # real backend: its products file; empty = web_agent_site's default
-    real_num_products: int = 0  # real backend: 0 = all; its indexes exist for 100, 1000, 100000
+    real_num_products: int = knob(0, bounds=">= 0")  # real backend: 0 = all; its indexes exist for 100, 1000, 100000
     real_human_goals: bool = True  # real backend: human-written goals (else its synthetic ones)
 
 
 @dataclass
 class EnvConfig:
-    name: str = "alfworld"
-    num_workers: int = 2  # worker processes stepping envs; 0 = in-process
-    step_timeout: float = 60.0  # seconds a worker may take to step its envs; a hung worker is replaced
+    name: str = knob("alfworld", choices=["alfworld", "webshop"])
+    num_workers: int = knob(2, bounds=">= 0")  # worker processes stepping envs; 0 = in-process
+    # seconds a worker may take to step its envs; a hung worker is replaced
+    step_timeout: float = knob(60.0, bounds="> 0")
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebshopConfig = field(default_factory=WebshopConfig)
 
 
 @dataclass
 class RolloutConfig:
-    num_tasks: int = 8  # B: tasks per iteration
-    group_size: int = 4  # G: target trajectories per task (same env seed)
-    max_turns: int = 0  # 0 = the env's own step cap
-    history_length: int = 2  # past observation/action pairs shown in the prompt
-    max_prompt_tokens: int = 1024  # oldest history is dropped first to fit
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    top_p: float = 1.0
-    micro_batch: int = 32  # sequences per generate / forward call
+    num_tasks: int = knob(8, bounds=">= 1")  # B: tasks per iteration
+    group_size: int = knob(4, bounds=">= 1")  # G: target trajectories per task (same env seed)
+    max_turns: int = knob(0, bounds=">= 0")  # 0 = the env's own step cap
+    history_length: int = knob(2, bounds=">= 0")  # past observation/action pairs shown in the prompt
+    max_prompt_tokens: int = knob(1024, bounds=">= 1")  # oldest history is dropped first to fit
+    max_new_tokens: int = knob(48, bounds=">= 1")
+    temperature: float = knob(1.0, bounds=">= 0")
+    top_p: float = knob(1.0, bounds="(0, 1]")
+    micro_batch: int = knob(32, bounds=">= 1")  # sequences per generate / forward call
     require_think: bool = False  # ask for <think>...</think> before <action>
-    behavior_logprobs: str = "forward"  # forward (a second pass, exact) | sampler (the sampling pass's logits)
+    # forward (a second pass, exact) | sampler (the sampling pass's logits)
+    behavior_logprobs: str = knob("forward", choices=["forward", "sampler"])
     # LoRA: sample with the adapter merged into the base weights (one matmul a layer, not
     # three; the distribution equal up to float rounding, so not the same samples bit for bit)
     merge_adapter: bool = False
     # LoRA: the target's and explorer's envs share each generate / forward pass, a row per
     # adapter (peft's mixed-adapter batches) instead of one pass per policy
     mixed_adapters: bool = False
-    invalid_action_penalty: float = 0.1
+    invalid_action_penalty: float = knob(0.1, bounds=">= 0")
 
 
 @dataclass
 class AlgoConfig:
-    name: str = "grpo"
-    norm: str = "mean_std"  # group normalization: mean_std | mean
-    gamma: float = 0.95  # discount for GiGPO step returns and PPO's GAE
-    gae_lambda: float = 0.95  # PPO
-    step_weight: float = 1.0  # GiGPO's omega
-    clip_ratio: float = 0.2
-    dual_clip: float = 0.0  # 0 = off, else the dual-clip constant c (e.g. 3.0)
-    kl_coef: float = 0.0  # low_var_kl to the reference policy
-    entropy_coef: float = 0.0
-    value_clip: float = 0.2  # PPO critic
-    critic_lr: float = 1e-4  # PPO critic
+    name: str = knob("grpo", choices=list(ALGORITHMS))
+    norm: str = knob("mean_std", choices=["mean_std", "mean"])  # group normalization: mean_std | mean
+    gamma: float = knob(0.95, bounds="[0, 1]")  # discount for GiGPO step returns and PPO's GAE
+    gae_lambda: float = knob(0.95, bounds="[0, 1]")  # PPO
+    step_weight: float = knob(1.0, bounds=">= 0")  # GiGPO's omega
+    clip_ratio: float = knob(0.2, bounds="> 0")
+    dual_clip: float = knob(0.0, bounds=">= 0")  # 0 = off, else the dual-clip constant c (e.g. 3.0)
+    kl_coef: float = knob(0.0, bounds=">= 0")  # low_var_kl to the reference policy
+    entropy_coef: float = knob(0.0, bounds=">= 0")
+    value_clip: float = knob(0.2, bounds=">= 0")  # PPO critic
+    critic_lr: float = knob(1e-4, bounds="> 0")  # PPO critic
     whiten_advantages: bool = False  # PPO: normalize advantages over the batch
-    loss_agg: str = "token_mean"  # token_mean (verl / GiGPO reference) | trajectory_mean (each trajectory once)
+    # token_mean (verl / GiGPO reference) | trajectory_mean (each trajectory once)
+    loss_agg: str = knob("token_mean", choices=["token_mean", "trajectory_mean"])
 
 
 @dataclass
 class RewardConfig:
-    mode: str = "outcome"
-    outcome_scale: float = 10.0  # the GiGPO reference trains on 10 * won / success
-    process_scale: float = 1.0  # scale of the dense process reward
-    shaped_coef: float = 0.5  # lambda in `shaped`: outcome + lambda * process
+    mode: str = knob("outcome", choices=["outcome", "process", "shaped", "rspo", "group_swap"])
+    outcome_scale: float = knob(10.0, bounds="> 0")  # the GiGPO reference trains on 10 * won / success
+    process_scale: float = knob(1.0, bounds=">= 0")  # scale of the dense process reward
+    shaped_coef: float = knob(0.5, bounds=">= 0")  # lambda in `shaped`: outcome + lambda * process
 
 
 @dataclass
 class RspoConfig:
-    explorer_rollouts: int = 4  # E: explorer trajectories per task
-    explorer_lr: float = 0.0  # 0 = train.lr
-    explorer_warmup_steps: int = 0  # iterations in which only the explorer trains
-    sync_every: int = 0  # copy explorer weights into the target every k steps; 0 = never
-    buffer_size: int = 512  # trajectories kept in the replay buffer
-    buffer_staleness: int = 4  # drop trajectories older than this many policy versions
-    replay_per_task: int = 2  # R: replayed trajectories joining a task's target group
+    explorer_rollouts: int = knob(4, bounds=">= 0")  # E: explorer trajectories per task
+    explorer_lr: float = knob(0.0, bounds=">= 0")  # 0 = train.lr
+    explorer_warmup_steps: int = knob(0, bounds=">= 0")  # iterations in which only the explorer trains
+    sync_every: int = knob(0, bounds=">= 0")  # copy explorer weights into the target every k steps; 0 = never
+    buffer_size: int = knob(512, bounds=">= 0")  # trajectories kept in the replay buffer
+    buffer_staleness: int = knob(4, bounds=">= 0")  # drop trajectories older than this many policy versions
+    replay_per_task: int = knob(2, bounds=">= 0")  # R: replayed trajectories joining a task's target group
     buffer_successes_only: bool = True
-    offpolicy: str = "clip"  # the target's correction for rows it did not sample (rspo.algorithms.offpolicy)
-    offpolicy_clip: float = 2.0  # `clip`, `positive_only`: upper bound of the importance ratio
-    shaping_gamma: float = 0.1  # `shaping`: f(p) = p / (p + gamma)
+    # the target's correction for rows it did not sample (rspo.algorithms.offpolicy)
+    offpolicy: str = knob("clip", choices=METHODS)
+    offpolicy_clip: float = knob(2.0, bounds="> 0")  # `clip`, `positive_only`: upper bound of the importance ratio
+    shaping_gamma: float = knob(0.1, bounds="> 0")  # `shaping`: f(p) = p / (p + gamma)
     # which explorer / replayed / expert trajectories join the target's task groups: all |
     # successes (won) | rescues (won, in a group where no target trajectory won)
-    join: str = "all"
-    explorer_reward: str = "process"  # process | shaped (reward.outcome_scale * outcome + shaped_coef * process)
+    join: str = knob("all", choices=["all", "successes", "rescues"])
+    # process | shaped (reward.outcome_scale * outcome + shaped_coef * process)
+    explorer_reward: str = knob("process", choices=["process", "shaped"])
     # the ceiling: in this fraction of each iteration's tasks, one explorer row is played by the
     # env's expert (ALFWorld's planner, WebShop's shopper), behaviour probability 1 (LUFFY)
-    expert_fraction: float = 0.0
+    expert_fraction: float = knob(0.0, bounds="[0, 1]")
 
 
 @dataclass
 class SftConfig:
-    episodes: int = 200  # expert demonstrations collected from the train split
-    epochs: int = 3
-    lr: float = 2e-3
-    lr_schedule: str = "constant"  # "cosine": from sft.lr down to 0 at the last step
-    batch_size: int = 16
+    episodes: int = knob(200, bounds=">= 0")  # expert demonstrations collected from the train split
+    epochs: int = knob(3, bounds=">= 1")
+    lr: float = knob(2e-3, bounds="> 0")
+    # "cosine": from sft.lr down to 0 at the last step
+    lr_schedule: str = knob("constant", choices=["constant", "cosine"])
+    batch_size: int = knob(16, bounds=">= 1")
     lora: bool = False  # False: fine-tune every weight (a tiny random model needs it); True: model.lora.*
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 20  # RL iterations
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    epochs: int = 1  # passes over each rollout batch
-    minibatches: int = 1  # optimizer steps per epoch
-    micro_batch: int = 16  # sequences per forward/backward (gradient accumulation within a minibatch)
-    max_grad_norm: float = 1.0
-    max_skipped_updates: int = 10  # stop after more than this many updates in a row skipped for NaN/inf
-    seed: int = 0
+    steps: int = knob(20, bounds=">= 0")  # RL iterations
+    lr: float = knob(1e-4, bounds="> 0")
+    weight_decay: float = knob(0.0, bounds=">= 0")
+    warmup_steps: int = knob(0, bounds=">= 0")
+    epochs: int = knob(1, bounds=">= 1")  # passes over each rollout batch
+    minibatches: int = knob(1, bounds=">= 1")  # optimizer steps per epoch
+    # sequences per forward/backward (gradient accumulation within a minibatch)
+    micro_batch: int = knob(16, bounds=">= 1")
+    max_grad_norm: float = knob(1.0, bounds="> 0")
+    # stop after more than this many updates in a row skipped for NaN/inf
+    max_skipped_updates: int = knob(10, bounds=">= 0")
+    seed: int = knob(0, bounds=">= 0")
     output_dir: str = "runs/defaults"  # unset in the file and overrides: derived (config_rules.default_output_dir)
-    save_every: int = 10
+    save_every: int = knob(10, bounds=">= 0")
     resume: str = ""  # "" = fresh, "auto" = latest checkpoint in output_dir, or a checkpoint path
     fsdp: bool = False  # shard weights, gradients and optimizer state over the processes (FSDP2; Policy.shard)
-    threads: int = 0  # torch's CPU threads in each training process (rollouts, updates, evals); 0 = torch's default
+    # torch's CPU threads in each training process (rollouts, updates, evals); 0 = torch's default
+    threads: int = knob(0, bounds=">= 0")
 
 
 @dataclass
 class EvalConfig:
-    every: int = 0  # evaluate every k RL steps (0 = only before and after training)
+    every: int = knob(0, bounds=">= 0")  # evaluate every k RL steps (0 = only before and after training)
     splits: list[str] = field(default_factory=list)  # empty: the env's held-out splits (config_rules.HELD_OUT)
-    num_tasks: int = 20  # tasks per split
-    temperature: float = 0.0  # 0 = greedy
-    batch_size: int = 32  # trajectories played at once; fixed, so runs with other pool sizes sample alike
-    samples_per_task: int = 1  # k > 1: play each task k times; a task's success is its fraction of wins
+    num_tasks: int = knob(20, bounds=">= 1")  # tasks per split
+    temperature: float = knob(0.0, bounds=">= 0")  # 0 = greedy
+    # trajectories played at once; fixed, so runs with other pool sizes sample alike
+    batch_size: int = knob(32, bounds=">= 1")
+    # k > 1: play each task k times; a task's success is its fraction of wins
+    samples_per_task: int = knob(1, bounds=">= 1")
     explorer: bool = False  # also evaluate the RSPO explorer
     final_temperatures: list[float] = field(default_factory=list)  # the final checkpoint also at these (e.g. [1.0])
 
@@ -249,7 +276,7 @@ class EvalConfig:
 @dataclass
 class LogConfig:
     tensorboard: bool = True
-    sample_every: int = 5  # log a sample trajectory as text every k steps (0 = never)
+    sample_every: int = knob(5, bounds=">= 0")  # log a sample trajectory as text every k steps (0 = never)
     progress: bool = True  # tqdm bars
 
 
@@ -267,25 +294,19 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
 
 
-# Keys whose values come from a fixed set. `model.name` is open: any HF path or id works.
-CHOICES: dict[str, list[str]] = {
-    "model.dtype": ["float32", "bfloat16"],
-    "model.tiny.tokenizer": ["bpe", "words"],
-    "sft.lr_schedule": ["constant", "cosine"],
-    "env.name": ["alfworld", "webshop"],
-    "env.webshop.outcome": ["success", "score"],
-    "env.webshop.backend": ["generated", "real"],
-    "env.webshop.expert": ["oracle", "reader"],
-    "algo.name": list(ALGORITHMS),
-    "rollout.behavior_logprobs": ["forward", "sampler"],
-    "algo.norm": ["mean_std", "mean"],
-    "algo.loss_agg": ["token_mean", "trajectory_mean"],
-    "reward.mode": ["outcome", "process", "shaped", "rspo", "group_swap"],
-    "rspo.offpolicy": METHODS,
-    "rspo.join": ["all", "successes", "rescues"],
-    "rspo.explorer_reward": ["process", "shaped"],
-    "env.alfworld.task_types": ALFWORLD_TASK_TYPES,
-}
+def _leaves(cls: type, prefix: str = "") -> typing.Iterator[tuple[str, dataclasses.Field]]:
+    """Every leaf field of config dataclass `cls`, by dotted key."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _leaves(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name, f
+
+
+# Read from the fields (`knob`). `model.name` is open: any HF path or id works.
+RANGES: dict[str, str] = {key: f.metadata["bounds"] for key, f in _leaves(Config) if f.metadata.get("bounds")}
+CHOICES: dict[str, list[str]] = {key: f.metadata["choices"] for key, f in _leaves(Config) if f.metadata.get("choices")}
 
 
 def _fields(cls: type) -> dict[str, tuple[Any, bool]]:
@@ -368,6 +389,8 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _validate(cfg: Config) -> None:
+    """The one check of a config's values: each key's choices and range (its `knob`), then
+    the rules across keys (`config_rules.problem`). Raises the first problem's ConfigError."""
     flat = to_dict(cfg)
     for key, valid in CHOICES.items():
         values = _get(flat, key)
@@ -376,23 +399,12 @@ def _validate(cfg: Config) -> None:
                 close = difflib.get_close_matches(str(v), valid, n=1)
                 hint = f"; did you mean {close[0]}?" if close else ""
                 raise ConfigError(f"{key}: invalid value {v!r}{hint} (valid choices: {', '.join(valid)})")
-    if (message := config_rules.problem(flat)) is not None:  # ranges, split names, paths
+    flat = config_rules.flatten(flat)
+    for key, spec in RANGES.items():
+        if not config_rules.within(flat[key], spec):
+            raise ConfigError(f"{key}: must be {spec if spec[0] == '>' else 'in ' + spec}, got {flat[key]!r}")
+    if (message := config_rules.problem(flat)) is not None:  # rules across keys, split names, paths
         raise ConfigError(message)
-    if not cfg.env.step_timeout > 0:  # also catches nan
-        raise ConfigError(f"env.step_timeout: must be > 0 seconds, got {cfg.env.step_timeout!r}")
-    if cfg.reward.mode == "rspo" and cfg.rspo.explorer_rollouts < 1:
-        raise ConfigError(
-            f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {cfg.rspo.explorer_rollouts}"
-        )
-    if cfg.rspo.expert_fraction > 0 and cfg.reward.mode != "rspo":
-        raise ConfigError(
-            f"rspo.expert_fraction: the expert plays explorer rows, which only reward.mode=rspo has "
-            f"(got reward.mode={cfg.reward.mode}); set it 0"
-        )
-    if cfg.rspo.expert_fraction > 0 and cfg.env.name == "webshop" and cfg.env.webshop.backend == "real":
-        raise ConfigError("rspo.expert_fraction: the real WebShop backend has no expert; set it 0")
-    if cfg.rollout.mixed_adapters and not cfg.model.lora.enabled:
-        raise ConfigError("rollout.mixed_adapters: needs LoRA adapters (model.lora.enabled=true); set it false")
 
 
 def _get(flat: dict[str, Any], dotted: str) -> Any:

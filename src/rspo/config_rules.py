@@ -5,7 +5,8 @@
 the config as a nested dict (`config.to_dict`) and returns messages, so it imports
 nothing of rspo's.
 
-- `RANGES`: every number's valid range, e.g. `rollout.temperature` ">= 0" (0 = greedy).
+- `problem`: the rules that tie keys together (a key's own range and choices stand with
+  its field in `rspo.config`, `knob`; `within` reads a range).
 - `EVAL_SPLITS`: the split names each env has; `HELD_OUT`, those evaluated by default.
 - `PATHS`: keys naming a file or a directory that must (or may) exist.
 - `MAY_CHANGE`: keys a run may change when it resumes (`train.resume`); every other key
@@ -20,90 +21,6 @@ import math
 import re
 from pathlib import Path
 from typing import Any
-
-# A number's range: ">= a", "> a", or an interval "[a, b]" / "(a, b]" / "[a, b)".
-# Every number must also be finite (nan and inf fail every range).
-RANGES: dict[str, str] = {
-    "model.lora.r": ">= 1",
-    "model.lora.alpha": "> 0",
-    "model.lora.dropout": "[0, 1)",
-    "model.tiny.hidden_size": ">= 1",
-    "model.tiny.num_layers": ">= 1",
-    "model.tiny.num_heads": ">= 1",
-    "model.tiny.vocab_size": ">= 1",
-    "env.num_workers": ">= 0",  # 0 = in-process
-    "env.alfworld.num_train": ">= 1",
-    "env.alfworld.num_eval_in_distribution": ">= 1",
-    "env.alfworld.num_eval_out_of_distribution": ">= 1",
-    "env.alfworld.max_steps": ">= 1",
-    "env.alfworld.seed": ">= 0",
-    "env.alfworld.max_receptacles": ">= 1",
-    "env.webshop.num_products": ">= 1",
-    "env.webshop.num_goals": ">= 2",  # a test split and a train split
-    "env.webshop.num_test_goals": ">= 1",
-    "env.webshop.max_steps": ">= 1",
-    "env.webshop.seed": ">= 0",
-    "env.webshop.num_product_types": "[0, 30]",  # 0 = all 30 (webshop_taxonomy.PRODUCT_TYPES)
-    "env.webshop.max_option_types": "[0, 2]",  # 2 = all (webshop_taxonomy.MAX_OPTION_TYPES)
-    "env.webshop.variant_fraction": "[0, 1)",
-    "env.webshop.title_attributes": ">= 1",  # a product has 2-4 attributes: 4 or more names all
-    "env.webshop.page_size": ">= 1",
-    "env.webshop.real_num_products": ">= 0",  # 0 = all
-    "rollout.num_tasks": ">= 1",
-    "rollout.group_size": ">= 1",
-    "rollout.max_turns": ">= 0",  # 0 = the env's own cap
-    "rollout.history_length": ">= 0",
-    "rollout.max_prompt_tokens": ">= 1",
-    "rollout.max_new_tokens": ">= 1",
-    "rollout.temperature": ">= 0",  # 0 = greedy
-    "rollout.top_p": "(0, 1]",
-    "rollout.micro_batch": ">= 1",
-    "rollout.invalid_action_penalty": ">= 0",
-    "algo.gamma": "[0, 1]",
-    "algo.gae_lambda": "[0, 1]",
-    "algo.step_weight": ">= 0",
-    "algo.clip_ratio": "> 0",
-    "algo.dual_clip": ">= 0",  # and 0 (off) or > 1: see `problem`
-    "algo.kl_coef": ">= 0",
-    "algo.entropy_coef": ">= 0",
-    "algo.value_clip": ">= 0",  # 0 = off
-    "algo.critic_lr": "> 0",
-    "reward.outcome_scale": "> 0",
-    "reward.process_scale": ">= 0",
-    "reward.shaped_coef": ">= 0",
-    "rspo.explorer_rollouts": ">= 0",  # >= 1 with reward.mode=rspo (rspo.config)
-    "rspo.explorer_lr": ">= 0",  # 0 = train.lr
-    "rspo.explorer_warmup_steps": ">= 0",
-    "rspo.sync_every": ">= 0",  # 0 = never
-    "rspo.buffer_size": ">= 0",
-    "rspo.buffer_staleness": ">= 0",
-    "rspo.replay_per_task": ">= 0",
-    "rspo.offpolicy_clip": "> 0",
-    "rspo.shaping_gamma": "> 0",
-    "rspo.expert_fraction": "[0, 1]",
-    "sft.episodes": ">= 0",  # 0 = no warm start
-    "sft.epochs": ">= 1",
-    "sft.lr": "> 0",
-    "sft.batch_size": ">= 1",
-    "train.steps": ">= 0",
-    "train.lr": "> 0",
-    "train.weight_decay": ">= 0",
-    "train.warmup_steps": ">= 0",
-    "train.epochs": ">= 1",
-    "train.minibatches": ">= 1",
-    "train.micro_batch": ">= 1",
-    "train.threads": ">= 0",  # 0 = torch's default (one per core)
-    "train.max_grad_norm": "> 0",
-    "train.max_skipped_updates": ">= 0",
-    "train.seed": ">= 0",
-    "train.save_every": ">= 0",  # 0 = only at the end
-    "eval.every": ">= 0",  # 0 = before and after training only
-    "eval.num_tasks": ">= 1",
-    "eval.temperature": ">= 0",  # 0 = greedy
-    "eval.batch_size": ">= 1",
-    "eval.samples_per_task": ">= 1",
-    "log.sample_every": ">= 0",  # 0 = never
-}
 
 EVAL_SPLITS = {
     "alfworld": ["train", "eval_in_distribution", "eval_out_of_distribution"],
@@ -154,7 +71,8 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def within(value: float, spec: str) -> bool:
-    """Whether `value` is finite and in `spec` (a RANGES entry)."""
+    """Whether `value` is finite and in `spec`: ">= a", "> a", or an interval "[a, b]",
+    "(a, b]" or "[a, b)" (a field's `bounds`, `rspo.config.knob`)."""
     if not math.isfinite(value):
         return False
     if spec.startswith(">="):
@@ -167,12 +85,10 @@ def within(value: float, spec: str) -> bool:
     return above and below
 
 
-def problem(tree: dict[str, Any]) -> str | None:
-    """The first problem with a config's values (ranges, split names, paths), as one line."""
-    flat = flatten(tree)
-    for key, spec in RANGES.items():
-        if not within(flat[key], spec):
-            return f"{key}: must be {spec if spec[0] == '>' else 'in ' + spec}, got {flat[key]!r}"
+def problem(flat: dict[str, Any]) -> str | None:
+    """The first problem with a config's values (`flatten`ed) across keys: rules that tie keys
+    together, split names, paths; as one line. (Each key's own range and choices:
+    `rspo.config.knob`.)"""
     for t in flat["eval.final_temperatures"]:
         if not within(t, ">= 0"):
             return f"eval.final_temperatures: every temperature must be >= 0, got {t!r}"
@@ -188,6 +104,18 @@ def problem(tree: dict[str, Any]) -> str | None:
             f"env.webshop.num_test_goals: must be < env.webshop.num_goals={flat['env.webshop.num_goals']} "
             f"(the rest are the train split), got {flat['env.webshop.num_test_goals']}"
         )
+    mode = flat["reward.mode"]
+    if mode == "rspo" and flat["rspo.explorer_rollouts"] < 1:
+        return f"rspo.explorer_rollouts: must be >= 1 with reward.mode=rspo, got {flat['rspo.explorer_rollouts']}"
+    if flat["rspo.expert_fraction"] > 0 and mode != "rspo":
+        return (
+            "rspo.expert_fraction: the expert plays explorer rows, which only reward.mode=rspo has "
+            f"(got reward.mode={mode}); set it 0"
+        )
+    if flat["rspo.expert_fraction"] > 0 and flat["env.name"] == "webshop" and flat["env.webshop.backend"] == "real":
+        return "rspo.expert_fraction: the real WebShop backend has no expert; set it 0"
+    if flat["rollout.mixed_adapters"] and not flat["model.lora.enabled"]:
+        return "rollout.mixed_adapters: needs LoRA adapters (model.lora.enabled=true); set it false"
     valid = EVAL_SPLITS[flat["env.name"]]
     if not flat["eval.splits"]:
         return (
