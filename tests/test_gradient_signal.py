@@ -1,14 +1,14 @@
 """benchmarks/gradient_signal.py: the cosine statistics it reports, and the half-groups it takes gradients of."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the probes' helpers
-from gradient_signal import batch_cosine, half_gradients, mean_cosines, pair_cosine  # noqa: E402
+from gradient_signal import (  # benchmarks/ is on pytest's path (setup.cfg)
+    batch_cosine,
+    half_gradients,
+    mean_cosines,
+    pair_cosine,
+)
 
 
 def test_mean_cosines_by_hand():

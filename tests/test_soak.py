@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from soak_faults import KINDS  # every fault kind the soak injects (benchmarks/ is on pytest's path: setup.cfg)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a few training processes in a row
 
 SOAK = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
-sys.path.insert(0, str(SOAK.parent))
-from soak_faults import KINDS  # noqa: E402  (every fault kind the soak injects)
 
 
 def test_soak_injects_every_fault_and_loses_nothing(tmp_path):

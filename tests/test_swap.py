@@ -2,11 +2,9 @@
 estimator on each learner's view): hand example, loop agreement, invariants (Hypothesis),
 and the per-turn routing."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from bench_swap import CONFIG, loop_reference, make_batch, trainer_path  # benchmarks/ is on pytest's path (setup.cfg)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,9 +20,6 @@ from rspo.rewards.swap import (
     swap_rewards,
     swap_rewards_loop,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_swap import CONFIG, loop_reference, make_batch, trainer_path  # noqa: E402  (the benchmark's own path)
 
 T, E, R = 0, 1, 2
 CONFIGS = {norm: load_config(None, [*CONFIG, f"algo.norm={norm}", "algo.name=grpo"]) for norm in ("mean_std", "mean")}

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +14,6 @@ from rspo.envs.webshop_cache import level_dir, level_of, load_level
 from rspo.envs.webshop_catalog import Level, generate_catalog
 from rspo.envs.webshop_taxonomy import MAX_OPTION_TYPES, PRODUCT_TYPES
 from rspo.policy_io import save_policy
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the probes' helpers
 
 EASY = WebshopConfig(
     num_products=60, num_goals=80, num_test_goals=20, num_product_types=5, max_option_types=1, page_size=3
@@ -95,7 +91,7 @@ def test_title_attributes_name_more_of_a_product_in_its_title():
         }
     assert Level(100, title_attributes=2).name() == "seed0-n100-a2" and level_of(EASY).name().endswith("-o1")
     # and the results page gets decisive: benchmarks/webshop_ceiling.py's rules on training goals
-    from webshop_ceiling import RULES, picks  # benchmarks/ is on the path (top of the file)
+    from webshop_ceiling import RULES, picks  # benchmarks/ is on pytest's path (setup.cfg)
 
     wins = {}
     for k in (1, 4):
@@ -192,7 +188,7 @@ def test_ranges_agree_with_the_taxonomy():
 def test_sparse_probe_names_where_a_trajectory_ended():
     """benchmarks/sparse_probe.py replays a trajectory and names the furthest stage it reached
     with the goal's item; each stage played here by hand on one task."""
-    from sparse_probe import webshop_stage  # benchmarks/ is on the path (top of the file)
+    from sparse_probe import webshop_stage  # benchmarks/ is on pytest's path (setup.cfg)
 
     env = WebshopEnv(EASY)
 

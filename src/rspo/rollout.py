@@ -5,8 +5,7 @@ every task with the same env seed; the trajectories of one task form one group. 
   1. every active env's prompt is rendered (task, recent history, observation, actions);
   2. per policy, ONE left-padded `generate` over its active envs (chunked by
      `micro_batch` to bound memory, prompts sorted by length so that a chunk holds
-     similar lengths: ALFWorld's prompt padding drops from ~9% to ~3.5% at 32 envs in
-     chunks of 8), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
+     similar lengths: less padding), stopping at `</action>` or eos. With `rollout.mixed_adapters` (LoRA)
      every policy's envs share the passes instead, each row with its own adapter; with
      `rollout.merge_adapter` the adapter is merged into the base weights for the pass;
   3. behavior log-probs of the sampled tokens come from a forward pass over the same ids

@@ -10,8 +10,7 @@ Aggregation (`algo.loss_agg`): `token_mean` weighs every response token alike (v
 token-mean, the GiGPO reference's). With per-turn samples that favours long
 trajectories: failures run to the turn cap, so in a group whose trajectory advantages sum
 to 0 the tokens' advantages do not, and the loss pushes down the sampled tokens on net
-(measured here: a per-turn advantage mean of -0.1 in every step, and a tiny model's
-success falling 0.28 -> 0.11 in 20 steps). `trajectory_mean` weighs each token by 1 / its
+(docs/history.md, "Design decisions"). `trajectory_mean` weighs each token by 1 / its
 trajectory's token count, so every trajectory counts once, as its advantage does.
 
 Numerical faults. An *update* is one minibatch's optimizer step (and its critic's). It is
