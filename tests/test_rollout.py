@@ -274,3 +274,18 @@ def test_expert_plan_plays_the_envs_expert_in_its_groups_only(setup):
     first = b.select(rows.nonzero()[0])  # its first turn: the answer written as the prompt asks, the search
     text = policy.tokenizer.decode(first.input_ids[0, first.prompt_len :][first.response_mask[0].bool()])
     assert text.startswith("<action>search[") and text.endswith("]</action>")
+
+
+def test_expert_rows_scored_by_the_target(setup):
+    # `Plan.scored_by` (rspo.expert_behavior=target): the expert's behaviour log-probs are the
+    # target's own of its tokens, what the update's forward pass computes for those rows
+    cfg, pool, policy = setup
+    plans = [Plan("target", 1, TARGET), Plan(EXPERT_PLAN, 1, EXPERT, groups=(1,), scored_by="target")]
+    ro = collect(policy, pool, "webshop", [("train", 3), ("train", 7)], plans, cfg.rollout,
+                 temperature=1.0, max_turns=10, progress=False)  # fmt: skip
+    b = ro.batch.select((ro.batch.source == EXPERT).nonzero().squeeze(1)).trim()
+    with policy.use("target"):
+        logp, _ = policy.logprobs(b.input_ids, b.attention_mask, b.response_mask.shape[1])
+    mask = b.response_mask.bool()
+    assert bool((b.behavior_logprobs[mask] < 0).all())  # not probability 1
+    torch.testing.assert_close(b.behavior_logprobs[mask], logp[mask].float())

@@ -224,6 +224,9 @@ class RspoConfig:
     # the ceiling: in this fraction of each iteration's tasks, one explorer row is played by the
     # env's expert (ALFWorld's planner, WebShop's shopper), behaviour probability 1 (LUFFY)
     expert_fraction: float = knob(0.0, bounds="[0, 1]")
+    # the expert's behaviour log-probs: one (probability 1, LUFFY's: rho = pi_theta weighs each token
+    # by its probability) | target (the target's own at rollout time: rho starts at 1, as if it had sampled them)
+    expert_behavior: str = knob("one", choices=["one", "target"])
 
 
 @dataclass

@@ -42,12 +42,15 @@ EXPERT_PLAN = "expert"  # a Plan's adapter when the env's expert plays instead o
 class Plan:
     """One policy's share of a rollout: `count` trajectories per task, sampled by `adapter`
     (`EXPERT_PLAN`: the env's expert acts, its answers written as the prompt asks; no model
-    runs and the behaviour log-probs are 0), in every task or only in those at `groups`."""
+    samples), in every task or only in those at `groups`. An expert's behaviour log-probs
+    are 0 (probability 1, LUFFY's), or with `scored_by` that policy's log-probs of the
+    expert's tokens, as if it had sampled them."""
 
     adapter: str
     count: int
     source: int  # TARGET / EXPLORER / EXPERT (batch.py)
     groups: tuple[int, ...] | None = None  # positions in `tasks` it plays; None: every task
+    scored_by: str | None = None  # EXPERT_PLAN: the policy whose log-probs are the behaviour's
 
     def plays(self, group: int) -> bool:
         return self.groups is None or group in self.groups
@@ -163,20 +166,31 @@ def generate(
         )
     responses = out.sequences[:, ids.shape[1] :].cpu()
     lengths = response_lengths(tok, responses, policy.eos_token_ids)
-    R = max(lengths)
-    resp_mask = (torch.arange(R)[None, :] < torch.tensor(lengths)[:, None]).long()
-    if logprobs_from == "sampler":
-        logits = torch.stack(out.logits[:R], dim=1).float()  # (n, R, V) raw logits, before temperature/top-p
-        logprobs = logits.log_softmax(-1).gather(-1, responses[:, :R, None].to(logits.device)).squeeze(-1).cpu()
-    elif logprobs_from == "none":
-        logprobs = torch.zeros(responses.shape)
-    else:
-        full_ids = torch.cat([ids.cpu(), responses[:, :R] * resp_mask + tok.pad_token_id * (1 - resp_mask)], dim=1)
-        full_mask = torch.cat([mask.cpu(), resp_mask], dim=1)
-        logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R, rows=rows)
-        logprobs = logprobs.float().cpu()
     resp = [responses[i, :n].tolist() for i, n in enumerate(lengths)]
+    if logprobs_from == "forward":
+        return resp, score(policy, prompts, resp, rows)
+    if logprobs_from == "none":
+        return resp, [[0.0] * n for n in lengths]
+    R = max(lengths)
+    logits = torch.stack(out.logits[:R], dim=1).float()  # (n, R, V) raw logits, before temperature/top-p
+    logprobs = logits.log_softmax(-1).gather(-1, responses[:, :R, None].to(logits.device)).squeeze(-1).cpu()
     return resp, [logprobs[i, :n].tolist() for i, n in enumerate(lengths)]
+
+
+@torch.no_grad()
+def score(policy, prompts: list[list[int]], responses: list[list[int]], rows: list[str] | None = None):
+    """Log-probs (temperature 1) of each response's tokens after its prompt under the active
+    policy (`rows`: each row's), from one forward pass over the left-padded prompts and
+    right-padded responses: bit for bit what the update's forward computes."""
+    pad = policy.tokenizer.pad_token_id
+    ids, mask = left_pad(prompts, pad)
+    R = max(len(r) for r in responses)
+    resp = torch.tensor([r + [pad] * (R - len(r)) for r in responses], dtype=torch.long).reshape(len(responses), R)
+    resp_mask = (torch.arange(R)[None, :] < torch.tensor([len(r) for r in responses])[:, None]).long()
+    full_ids, full_mask = torch.cat([ids, resp], dim=1), torch.cat([mask, resp_mask], dim=1)
+    logprobs, _ = policy.logprobs(full_ids.to(policy.device), full_mask.to(policy.device), R, rows=rows)
+    logprobs = logprobs.float().cpu()
+    return [logprobs[i, : len(r)].tolist() for i, r in enumerate(responses)]
 
 
 @dataclass
@@ -228,6 +242,7 @@ def collect(
     states = pool.reset(env_tasks + [None] * (pool.num_envs - n))[:n]
     timing = {"generate": 0.0, "reset": time.perf_counter() - t0, "env": 0.0, "tokens": 0.0, "env_steps": 0.0}
     slots = _new_slots(plans, tasks, states)
+    scorer = next((p.scored_by for p in plans if p.adapter == EXPERT_PLAN), None)  # the expert's log-probs
     rows: list[dict] = []
     bar = tqdm(total=max_turns, desc=desc, disable=not progress, leave=False)
     for turn in range(max_turns):
@@ -237,7 +252,7 @@ def collect(
         actions: list[str | None] = [None] * pool.num_envs
         t0 = time.perf_counter()
         if experts := [i for i in active if slots[i].adapter == EXPERT_PLAN]:  # no model: the env's expert
-            rows += _expert_turns(policy.tokenizer, pool, env_name, slots, experts, turn, actions, cfg)
+            rows += _expert_turns(policy, pool, env_name, slots, experts, turn, actions, cfg, scorer)
         active_models = [i for i in active if slots[i].adapter != EXPERT_PLAN]
         adapters = list(dict.fromkeys(slots[i].adapter for i in active_models))
         mixed = cfg.mixed_adapters and len(adapters) > 1  # one pass for every policy's rows
@@ -288,19 +303,28 @@ def collect(
     return Rollout(_assemble(rows, slots, policy.tokenizer.pad_token_id), [s.traj for s in slots], timing)
 
 
-def _expert_turns(tokenizer, pool, env_name: str, slots, ids: list[int], turn: int, actions: list, cfg) -> list[dict]:
+def _expert_turns(
+    policy, pool, env_name: str, slots, ids: list[int], turn: int, actions: list, cfg, scorer: str | None
+) -> list[dict]:
     """One turn of the expert's slots `ids`: its actions (written into `actions`) as rows
     shaped like a policy's, the answer in the prompt's format (`format_response`, as the warm
-    start's demonstrations), behaviour log-probs 0 (no behaviour policy: probability 1)."""
+    start's demonstrations). Behaviour log-probs: 0 (no behaviour policy: probability 1), or
+    policy `scorer`'s log-probs of the answer's tokens (`Plan.scored_by`)."""
+    tokenizer = policy.tokenizer
     said = pool.expert_actions([i in ids for i in range(pool.num_envs)])
+    texts = [format_response(said[i], cfg.require_think) for i in ids]
+    responses = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    prompts = [_prompt(tokenizer, env_name, slots[i], cfg) for i in ids]
+    if scorer is None:
+        logprobs = [[0.0] * len(r) for r in responses]
+    else:
+        with policy.use(scorer):
+            logprobs = score(policy, prompts, responses)
     rows = []
-    for i in ids:
-        text = format_response(said[i], cfg.require_think)
-        response = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for i, text, prompt, response, logp in zip(ids, texts, prompts, responses, logprobs):
         actions[i], valid = parse_action(text)
-        prompt = _prompt(tokenizer, env_name, slots[i], cfg)
         anchor = anchor_key(slots[i].state.observation)
-        rows.append(dict(slot=i, turn=turn, prompt=prompt, response=response, logprobs=[0.0] * len(response),
+        rows.append(dict(slot=i, turn=turn, prompt=prompt, response=response, logprobs=logp,
                          valid=valid, anchor=anchor, text=text))  # fmt: skip
     return rows
 

@@ -40,9 +40,12 @@ Notation (per token; N rows, R response tokens)
                  (rho > 1 + eps) further up by A > 0. (`clip` bounds only rho's size.)
 
 Demonstrations (RSPO's expert ceiling, `rspo.expert_fraction`) have no behavior policy;
-their log-probs are recorded as 0, as LUFFY sets pi_behavior = 1, so rho = p = pi_theta:
-`clip` then weighs each token by p (gradient A grad p), `shaping` by f(p) as LUFFY does,
-and `ppo` as `clip` where A > 0 (rho = p <= 1 never reaches 1 + eps).
+by default their log-probs are recorded as 0, as LUFFY sets pi_behavior = 1, so rho = p =
+pi_theta: `clip` then weighs each token by p (gradient A grad p: the tokens the target does
+not yet take learn least), `shaping` by f(p) as LUFFY does, and `ppo` as `clip` where A > 0
+(rho = p <= 1 never reaches 1 + eps). `rspo.expert_behavior=target` records the target's
+own log-probs at rollout time instead: rho starts at 1 and every method weighs the
+expert's tokens as the target's own (gradient A grad log p).
 
 A learner's off-policy rows and their correction travel together as an `OffPolicy` (built
 by the reward mode from `rspo.offpolicy*`; None where a learner sampled every row it trains

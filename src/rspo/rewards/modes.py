@@ -166,9 +166,11 @@ class Rspo(RewardMode):
     iteration's B tasks (drawn at random, so a random subset), the env's expert plays one
     of the E explorer rows (source EXPERT). It joins the target's group as an explorer row
     does, rewards swapped to the outcome, marked off-policy; it trains neither the explorer
-    nor enters the buffer. It has no behaviour probability: its log-probs are recorded as 0
-    (probability 1), as LUFFY (Yan et al. 2025, arXiv 2504.14945) sets pi_behavior = 1 for
-    demonstrations, so the off-policy ratio is pi_theta itself (`rspo.algorithms.offpolicy`).
+    nor enters the buffer. It has no behaviour probability: by default its log-probs are
+    recorded as 0 (probability 1), as LUFFY (Yan et al. 2025, arXiv 2504.14945) sets
+    pi_behavior = 1 for demonstrations, so the off-policy ratio is pi_theta itself
+    (`rspo.algorithms.offpolicy`); `rspo.expert_behavior=target` records the target's own
+    log-probs of the expert's tokens at rollout time instead (the ratio starts at 1).
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -179,6 +181,7 @@ class Rspo(RewardMode):
         self.join, self.explorer_shaped = r.join, r.explorer_reward == "shaped"
         self.correction = {"method": r.offpolicy, "clip": r.offpolicy_clip, "shaping_gamma": r.shaping_gamma}
         self.num_tasks, self.expert_tasks = cfg.rollout.num_tasks, round(r.expert_fraction * cfg.rollout.num_tasks)
+        self.expert_scorer = "target" if r.expert_behavior == "target" else None  # None: probability 1
         self.buffer = ReplayBuffer(r.buffer_size, r.buffer_staleness, r.buffer_successes_only)
         self.learners = {"target": cfg.train.lr, "explorer": r.explorer_lr or cfg.train.lr}
         self.rollouts_per_task = self.group_size + self.explorer_rollouts
@@ -194,7 +197,7 @@ class Rspo(RewardMode):
         with_expert, rest = tuple(range(k)), tuple(range(k, self.num_tasks))  # task positions
         return [
             *target,
-            Plan(EXPERT_PLAN, 1, EXPERT, groups=with_expert),
+            Plan(EXPERT_PLAN, 1, EXPERT, groups=with_expert, scored_by=self.expert_scorer),
             Plan("explorer", E - 1, EXPLORER, groups=with_expert),
             Plan("explorer", E, EXPLORER, groups=rest),
         ]
