@@ -35,7 +35,7 @@ from rspo.policy_io import build_policy, load_policy, save_policy, state_dicts
 from rspo.rewards.modes import MODES, RewardMode
 from rspo.rewards.signal import signal_metrics, trajectories_of
 from rspo.rollout import collect
-from rspo.sft import model_corpus, run_sft, warm_start_dir
+from rspo.sft import model_corpus, run_base, run_sft, warm_start_dir
 from rspo.update import Learner, critic_values, learner_advantages, make_learner, update_learner
 
 CONSOLE_KEYS = [
@@ -83,7 +83,7 @@ def setup(cfg: Config) -> Run:
     shard = cfg.train.fsdp or acc.distributed_type == DistributedType.FSDP
     if shard and not acc.use_distributed:
         raise ConfigError("train.fsdp=true shards over processes: use `accelerate launch --num_processes N`")
-    if cfg.sft.episodes > 0 and not cfg.model.init_from:
+    if run_base(cfg) != cfg.model.init_from:  # the run's own warm start (one rule: `sft.run_base`)
         cfg.model.init_from = str(warm_start(cfg, acc))
     mode = MODES[cfg.reward.mode](cfg)
     pool = EnvPool(cfg.env, max(cfg.rollout.num_tasks * mode.rollouts_per_task, eval_pool_size(cfg)))
