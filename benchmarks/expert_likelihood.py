@@ -8,9 +8,11 @@ For each run directory: its warm start (the base it trained on, with a fresh ada
 adds nothing: LoRA's B starts at 0) and each saved checkpoint. The expert plays `--episodes`
 training tasks (drawn with `--seed`; the same demonstrations for every run of one env
 config), and the target scores each turn's response (the expert's action as the warm start
-learned to write it, then eos): the mean -log p per response token, the mean probability of a
-whole response, and the share of turns where that probability is below 0.5. Training tasks
-only: nothing here reads an eval split.
+learned to write it, then eos): per turn, the mean -log p of its response tokens (averaged
+over turns; beside it the change from the warm start, paired turn by turn, with its 95%
+bootstrap interval over turns), the mean probability of a whole response, and the share of
+turns where that probability is below 0.5. Training tasks only: nothing here reads an eval
+split.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rspo.checkpoint import checkpoint_dir
@@ -26,18 +29,19 @@ from rspo.config import load_config
 from rspo.envs.pool import EnvPool
 from rspo.policy_io import build_policy, load_policy
 from rspo.sft import expert_demos, run_base, sft_batches, sft_loss
+from rspo.stats import bootstrap_diff
 
 
 @torch.no_grad()
-def scores(policy, samples: list[tuple[list[int], list[int]]]) -> tuple[float, float, float]:
-    """(mean -log p per token, mean probability of a whole response, share of responses below 0.5)."""
-    nll_sum, tokens, probs = 0.0, 0, []
+def scores(policy, samples: list[tuple[list[int], list[int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per turn: (the mean -log p of its response tokens, the probability of the whole response)."""
+    nll, prob = [], []
     with policy.use("target"):
         for sample in samples:  # one at a time: each response's own sum
             loss, n = sft_loss(policy.nets["target"], [sample], policy.tokenizer.pad_token_id, policy.device)
-            nll_sum, tokens = nll_sum + loss.item(), tokens + n
-            probs.append(math.exp(-loss.item()))
-    return nll_sum / tokens, sum(probs) / len(probs), sum(p < 0.5 for p in probs) / len(probs)
+            nll.append(loss.item() / n)
+            prob.append(math.exp(-loss.item()))
+    return np.array(nll), np.array(prob)
 
 
 def main() -> None:
@@ -47,8 +51,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="draws the training tasks")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    samples = None
-    print(f"{'run':<40}{'step':>6}{'nll/token':>11}{'p(response)':>13}{'p < 0.5':>9}")
+    demos = None
+    print(f"{'run':<32}{'step':>5}{'nll/token':>11}{'change from the warm start':>30}{'p(response)':>13}{'p < 0.5':>9}")
     for run in args.runs:
         steps = sorted(checkpoint_dir(run).glob("step_*"))
         if not steps:
@@ -56,20 +60,24 @@ def main() -> None:
         cfg = load_config(steps[-1] / "config.yaml", ["train.resume="])
         cfg.model.init_from = run_base(cfg)  # the warm start it trained on
         policy = build_policy(cfg.model)
-        if samples is None:
+        if demos is None:  # the same demonstrations (text) for every run
             with EnvPool(cfg.env, 8) as pool:
                 max_turns = cfg.rollout.max_turns or pool.max_steps
                 demos = expert_demos(pool, pool.num_tasks("train"), args.episodes, max_turns,
                                      cfg.rollout.history_length, args.seed)  # fmt: skip
-            samples = sft_batches(policy.tokenizer, demos, cfg.env.name, cfg.rollout.require_think,
-                                  cfg.rollout.max_prompt_tokens)  # fmt: skip
-            print(f"({len(samples)} expert turns from {args.episodes} training episodes)")
-        rows = [("warm start", 0, scores(policy, samples))]
+        # tokenized by each run's own tokenizer: every seed's warm start builds its own
+        samples = sft_batches(policy.tokenizer, demos, cfg.env.name, cfg.rollout.require_think,
+                              cfg.rollout.max_prompt_tokens)  # fmt: skip
+        print(f"({len(samples)} expert turns from {args.episodes} training episodes)")
+        start = scores(policy, samples)
+        rows = [(0, start)]
         for step in steps:
             load_policy(policy, step / "policy", ["target"])
-            rows.append((step.name, int(step.name.removeprefix("step_")), scores(policy, samples)))
-        for _, number, (nll, prob, low) in rows:
-            print(f"{run.name:<40}{number:>6}{nll:>11.4f}{prob:>13.3f}{low:>9.3f}", flush=True)
+            rows.append((int(step.name.removeprefix("step_")), scores(policy, samples)))
+        for number, (nll, prob) in rows:
+            change, lo, hi = bootstrap_diff(start[0], nll)  # paired over turns
+            print(f"{run.name:<32}{number:>5}{nll.mean():>11.4f}{f'{change:+.4f} [{lo:+.4f}, {hi:+.4f}]':>30}"
+                  f"{prob.mean():>13.3f}{(prob < 0.5).mean():>9.3f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
