@@ -19,6 +19,7 @@ pytest.importorskip("textworld")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from rspo.cli import main  # noqa: E402
 from rspo.config import AlfworldConfig  # noqa: E402
 from rspo.envs import alfworld  # noqa: E402
 from rspo.envs import alfworld_gen as gen  # noqa: E402
@@ -130,11 +131,18 @@ def test_generation_is_deterministic(tmp_path):
     )
 
 
-def test_cli_writes_a_tree_the_env_reads_as_official_data(tmp_path, env):
-    assert gen.main(["--out", str(tmp_path), "--split", "train", "--num", "12", "--seed", "0"]) == 0
+def test_cli_writes_a_tree_the_env_reads_as_official_data(tmp_path, env, capsys):
+    assert main(["alfworld-gen", "--out", str(tmp_path), "--split", "train", "--num", "12", "--seed", "0"]) == 0
     official = AlfworldEnv(AlfworldConfig(data_dir=str(tmp_path)))
     assert official.num_tasks("train") == 12
     assert official.reset("train", 5).observation == env.reset("train", 5).observation  # same seed, same games
+    for bad, says in [(["--task-types", "pick_three"], "pick_three"), (["--num", "-1"], "--num must be >= 0")]:
+        with pytest.raises(SystemExit) as e:  # argparse's usage error: exit 2, the reason on stderr
+            main(["alfworld-gen", "--out", str(tmp_path / "other"), *bad])
+        assert e.value.code == 2 and says in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the same directory again: old games would mix with the new
+        main(["alfworld-gen", "--out", str(tmp_path), "--split", "train", "--num", "1"])
+    assert "already holds games" in capsys.readouterr().err
 
 
 def test_stock_alfworld_loader_reads_the_layout(env, cfg):

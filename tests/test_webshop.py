@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from rspo.config import ConfigError, EnvConfig, WebshopConfig, load_config
 from rspo.envs import make_env
-from rspo.envs.webshop import SEP, RealWebshopEnv, Session, WebshopEnv, clickables, parse_action, render
+from rspo.envs.webshop import SEP, Session, WebshopEnv, clickables, parse_action, render
 from rspo.envs.webshop_catalog import PRICE_RANGE, generate_catalog, make_goal, product_reviews
+from rspo.envs.webshop_real import RealWebshopEnv
 from rspo.envs.webshop_reward import fuzzy_match, normalize_color
 from rspo.envs.webshop_taxonomy import PRODUCT_TYPES
 

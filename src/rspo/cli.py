@@ -10,8 +10,10 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from rspo.config import Config, ConfigError, dump, load_config
+from rspo.config import AlfworldConfig, Config, ConfigError, dump, load_config
+from rspo.envs.alfworld_gen import MAX_RECEPTACLES, SPLIT_DIRS, TASK_TYPES, check_task_types, generate, split_sizes
 from rspo.multinode import checked_everywhere
 
 
@@ -62,12 +64,43 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
+def alfworld_gen(argv: list[str]) -> int:
+    """`rspo alfworld-gen --out DIR [--split S] [--num N] [--seed S] [--task-types a,b]`."""
+    defaults = AlfworldConfig()
+    sizes = split_sizes(defaults)
+    parser = argparse.ArgumentParser(
+        prog="rspo alfworld-gen",
+        description="Generate ALFWorld games (official layout; point env.alfworld.data_dir or ALFWORLD_DATA at --out).",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="root directory (json_2.1.1/ is created inside)")
+    parser.add_argument("--split", choices=list(SPLIT_DIRS), help="one split (default: all three)")
+    sizes_text = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    parser.add_argument("--num", type=int, help=f"games per split (default: {sizes_text})")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--task-types", default=",".join(TASK_TYPES), help="comma-separated (default: all six)")
+    parser.add_argument("--max-receptacles", type=int, default=MAX_RECEPTACLES, help="room size (fewer: easier)")
+    args = parser.parse_args(argv)
+    task_types = [t for t in args.task_types.split(",") if t]
+    try:
+        check_task_types(task_types)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.num is not None and args.num < 0:
+        parser.error(f"--num must be >= 0, got {args.num}")
+    for split in [args.split] if args.split else list(SPLIT_DIRS):
+        try:
+            num = sizes[split] if args.num is None else args.num
+            paths = generate(args.out, split, num, args.seed, task_types, args.max_receptacles)
+        except FileExistsError as e:
+            parser.error(str(e))
+        print(f"{split}: {len(paths)} games in {args.out / 'json_2.1.1' / SPLIT_DIRS[split]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["alfworld-gen"]:  # its own flags; not driven by the config
-        from rspo.envs.alfworld_gen import main as gen_main
-
-        return gen_main(argv[1:])
+        return alfworld_gen(argv[1:])
     parser = argparse.ArgumentParser(prog="rspo", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

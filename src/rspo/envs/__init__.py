@@ -15,9 +15,13 @@ def _alfworld(cfg: EnvConfig) -> TextEnv:
 
 
 def _webshop(cfg: EnvConfig) -> TextEnv:
-    from rspo.envs.webshop import RealWebshopEnv, WebshopEnv
+    if cfg.webshop.backend == "real":
+        from rspo.envs.webshop_real import RealWebshopEnv  # imports web_agent_site: lazy
 
-    return (RealWebshopEnv if cfg.webshop.backend == "real" else WebshopEnv)(cfg.webshop)
+        return RealWebshopEnv(cfg.webshop)
+    from rspo.envs.webshop import WebshopEnv
+
+    return WebshopEnv(cfg.webshop)
 
 
 ENVS = {"alfworld": _alfworld, "webshop": _webshop}

@@ -38,7 +38,6 @@ Files are written in the official layout, so the stock loader
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import random
@@ -411,42 +410,3 @@ def generate(
         (folder / "game.tw-pddl").write_text(json.dumps(game))
         paths.append(folder / "game.tw-pddl")
     return sorted(paths)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`rspo alfworld-gen --out DIR [--split S] [--num N] [--seed S] [--task-types a,b]`."""
-    from rspo.config import AlfworldConfig
-
-    defaults = AlfworldConfig()
-    sizes = split_sizes(defaults)
-    parser = argparse.ArgumentParser(
-        prog="rspo alfworld-gen",
-        description="Generate ALFWorld games (official layout; point env.alfworld.data_dir or ALFWORLD_DATA at --out).",
-    )
-    parser.add_argument("--out", required=True, type=Path, help="root directory (json_2.1.1/ is created inside)")
-    parser.add_argument("--split", choices=list(SPLIT_DIRS), help="one split (default: all three)")
-    sizes_text = ", ".join(f"{k}={v}" for k, v in sizes.items())
-    parser.add_argument("--num", type=int, help=f"games per split (default: {sizes_text})")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--task-types", default=",".join(TASK_TYPES), help="comma-separated (default: all six)")
-    parser.add_argument("--max-receptacles", type=int, default=MAX_RECEPTACLES, help="room size (fewer: easier)")
-    args = parser.parse_args(argv)
-    task_types = [t for t in args.task_types.split(",") if t]
-    try:
-        check_task_types(task_types)
-    except ValueError as e:
-        parser.error(str(e))
-    if args.num is not None and args.num < 0:
-        parser.error(f"--num must be >= 0, got {args.num}")
-    for split in [args.split] if args.split else list(SPLIT_DIRS):
-        try:
-            num = sizes[split] if args.num is None else args.num
-            paths = generate(args.out, split, num, args.seed, task_types, args.max_receptacles)
-        except FileExistsError as e:
-            parser.error(str(e))
-        print(f"{split}: {len(paths)} games in {args.out / 'json_2.1.1' / SPLIT_DIRS[split]}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
