@@ -15,13 +15,10 @@ def _alfworld(cfg: EnvConfig) -> TextEnv:
 
 
 def _webshop(cfg: EnvConfig) -> TextEnv:
-    if cfg.webshop.backend == "real":
-        from rspo.envs.webshop_real import RealWebshopEnv  # imports web_agent_site: lazy
-
-        return RealWebshopEnv(cfg.webshop)
     from rspo.envs.webshop import WebshopEnv
+    from rspo.envs.webshop_real import RealWebshopEnv
 
-    return WebshopEnv(cfg.webshop)
+    return (RealWebshopEnv if cfg.webshop.backend == "real" else WebshopEnv)(cfg.webshop)
 
 
 ENVS = {"alfworld": _alfworld, "webshop": _webshop}
