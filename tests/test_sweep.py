@@ -9,6 +9,8 @@ import subprocess
 import pytest
 import yaml
 from conftest import SMALL
+from mechanism_rule import choose
+from mechanism_rule import table as rule_table
 
 from rspo.config import ConfigError, load_config, to_dict
 from rspo.log import write_json
@@ -340,3 +342,32 @@ def test_named_arms_expand_into_their_keys_and_name_the_runs(warm_model, tmp_pat
     bad = write_experiment(tmp_path, warm_model, arms=arms, grid={"arm": ["outcome", "ceil"]})
     with pytest.raises(ConfigError, match="grid.arm 'ceil' is not under arms"):
         load_experiment(bad)
+
+
+def test_mechanism_rule_meets_costs_and_chooses_by_hand():
+    # benchmarks/mechanism_rule.py, issue 45's pre-registered rule, on a hand-built table
+    def arm(mode, success, explorer, nll, kl, rescued=0.12, explorer_only=1.5, replayed=0.1):
+        metrics = {"rollout/success_rate": success, "explorer/rollout/success_rate": explorer,
+                   "policy/sampled_nll": nll, "policy/approx_kl": kl, "rspo/groups_rescued": rescued,
+                   "rspo/explorer_only_successes": explorer_only, "rspo/replayed": replayed}  # fmt: skip
+        return [{"mode": mode, "metric": k, "seeds": 2, "all": {"mean": v}} for k, v in metrics.items()]
+
+    mech = (
+        arm("outcome", 0.03, 0.0, nll=0.2, kl=1e-4)
+        # meets all four; cost |0.22 - 0.2| / 0.2 + |2e-4 - 1e-4| / 1e-4 = 0.1 + 1.0 = 1.1
+        + arm("a", 0.03, 0.05, nll=0.22, kl=2e-4)
+        # meets all four (an explorer as good as the target counts); cost 0 + 0.5 = 0.5
+        + arm("b", 0.03, 0.03, nll=0.2, kl=1.5e-4)
+        # no replay, explorer below the target: 2 of 4; cost 0 (the outcome arm's own numbers)
+        + arm("c", 0.03, 0.02, nll=0.2, kl=1e-4, replayed=0.0)
+    )
+    rows = {r["mode"]: r for r in rule_table(mech)}
+    assert set(rows) == {"a", "b", "c"}  # the baseline is not a candidate
+    assert [rows[m]["passed"] for m in "abc"] == [4, 4, 2]
+    assert [rows[m]["meets"] for m in "abc"] == [True, True, False]
+    assert rows["a"]["cost"] == pytest.approx(1.1) and rows["b"]["cost"] == pytest.approx(0.5)
+    assert rows["c"]["cost"] == 0.0  # cheapest, but it does not switch the mechanism on
+    chosen, closest = choose(list(rows.values()))
+    assert chosen["mode"] == "b" and closest["mode"] == "a"  # closest: 4 tests passed, a before b on ties
+    chosen, closest = choose([rows["c"]])
+    assert chosen is None and closest["mode"] == "c"
