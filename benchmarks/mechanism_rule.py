@@ -18,10 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
-RULE = {  # metric -> (words, test)
-    "rspo/groups_rescued": (">= 0.10", lambda x: x >= 0.10),
-    "rspo/explorer_only_successes": (">= 1", lambda x: x >= 1.0),
-    "rspo/replayed": ("> 0", lambda x: x > 0.0),
+RULE = {  # metric -> its test (the fourth test, explorer success >= target's, compares two metrics)
+    "rspo/groups_rescued": lambda x: x >= 0.10,
+    "rspo/explorer_only_successes": lambda x: x >= 1.0,
+    "rspo/replayed": lambda x: x > 0.0,
 }
 COST = ("policy/sampled_nll", "policy/approx_kl")
 
@@ -37,7 +37,7 @@ def table(mechanism: list[dict]) -> list[dict]:
         if mode == "outcome":
             continue
         value = {k: m.get(k, (0.0, 0))[0] for k in [*RULE, "rollout/success_rate", "explorer/rollout/success_rate"]}
-        passed = sum(test(value[k]) for k, (_, test) in RULE.items())
+        passed = sum(test(value[k]) for k, test in RULE.items())
         passed += value["explorer/rollout/success_rate"] >= value["rollout/success_rate"]
         cost = sum(abs(m[k][0] - base[k][0]) / abs(base[k][0]) for k in COST)
         row = {"mode": mode, "seeds": m["rollout/success_rate"][1], **value, "passed": passed, "cost": cost}
