@@ -75,8 +75,8 @@ def sft_batches(tokenizer, demos, env_name: str, require_think: bool, max_prompt
     return out
 
 
-def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
-    """Summed cross-entropy over response tokens, and their count.
+def response_logits(net, samples: list[tuple[list[int], list[int]]], pad_id: int, device):
+    """The logits at every response position (n, R, V) float32, and the labels (n, R) (-100 on padding).
 
     The rollout's layout: prompts left-padded to P, responses right-padded to R, so only the
     R response positions' logits are computed (the LM head over every prompt position would
@@ -93,7 +93,12 @@ def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, devic
         labels[i, : len(r)] = torch.tensor(r)
     # positions P-1 .. P+R-2 predict the response tokens at P .. P+R-1
     logits = net(ids.to(device), attn.to(device), logits_to_keep=R + 1)[:, :-1].float()  # (n, R, V)
-    targets = labels.to(device)
+    return logits, labels.to(device)
+
+
+def sft_loss(net, samples: list[tuple[list[int], list[int]]], pad_id: int, device) -> tuple[torch.Tensor, int]:
+    """Summed cross-entropy over response tokens (`response_logits`' layout), and their count."""
+    logits, targets = response_logits(net, samples, pad_id, device)
     loss = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100, reduction="sum"
     )
