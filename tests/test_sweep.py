@@ -24,6 +24,7 @@ from rspo.sweep import (
     load_runs,
     restore,
     runs,
+    select,
     warm_start_key,
     warm_start_mismatches,
     weights_sha256,
@@ -50,6 +51,19 @@ def test_only_that_matches_nothing_names_the_runs(tmp_path):
     with pytest.raises(ConfigError, match=r"^--only nothing: matches no run \(runs: outcome-s0, rspo-s0\)$"):
         execute(exp, only="nothing", progress=lambda _: None)
     assert not (tmp_path / "runs").exists()
+
+
+def test_only_selects_whole_names_alone_and_parts_of_names():
+    # `--only s1-grpo-e8` once ran s1-grpo-e8-shaped too: a whole name now selects that run alone
+    exp = Experiment(base="b.yaml", output_dir="o", results_dir="r", arms={"e8": {}, "e8-shaped": {}},
+                     grid={"train.seed": [0, 1], "arm": ["e8", "e8-shaped"]})  # fmt: skip
+    names = lambda only: [s.name for s in select(runs(exp), only)]  # noqa: E731
+    assert names("") == ["s0-e8", "s0-e8-shaped", "s1-e8", "s1-e8-shaped"]
+    assert names("s1-e8") == ["s1-e8"]  # a whole name
+    assert names("s1-") == ["s1-e8", "s1-e8-shaped"]  # a part of names
+    assert names("s1-e8-shaped,s0-e8") == ["s0-e8", "s1-e8-shaped"]  # a list, in grid order
+    with pytest.raises(ConfigError, match=r"^--only s2-: matches no run \(runs: s0-e8, "):
+        names("s0-e8,s2-")
 
 
 def test_sweep_runs_collects_and_resumes(warm_model, tmp_path):

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("alfworld-gen", help="generate ALFWorld games (see `rspo alfworld-gen --help`)")
     sweep = sub.add_parser("sweep", help="run an experiment grid and collect its table, plots and JSON")
     sweep.add_argument("--config", required=True, help="experiment file (configs/experiments/*.yaml)")
-    sweep.add_argument("--only", default="", help="run only the grid points whose name contains this")
+    sweep.add_argument("--only", default="", help="run only these: comma-separated run names or parts of names")
     sweep.add_argument("--collect", action="store_true", help="only rebuild the results from finished runs")
     sweep.add_argument("--parallel", type=int, help="runs at a time (overrides the experiment file's `parallel`)")
     args = parser.parse_args(argv)

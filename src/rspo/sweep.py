@@ -289,15 +289,28 @@ def restore(exp: Experiment, progress=print) -> list[str]:
     return restored
 
 
+def select(specs: list[RunSpec], only: str) -> list[RunSpec]:
+    """The grid points `--only` names, in grid order: comma-separated items, each a run's whole
+    name (that run alone: `s1-grpo-e8` is not `s1-grpo-e8-shaped`) or a part of names (every
+    run that contains it: `s1-`); "" selects all."""
+    chosen = set()
+    for item in only.split(",") if only else [""]:
+        exact = [s.name for s in specs if s.name == item]
+        matched = exact or [s.name for s in specs if item in s.name]
+        if not matched:
+            raise ConfigError(f"--only {item}: matches no run (runs: {', '.join(s.name for s in specs)})")
+        chosen.update(matched)
+    return [s for s in specs if s.name in chosen]
+
+
 def execute(exp: Experiment, only: str = "", progress=print) -> list[RunSpec]:
     """Run every unfinished grid point (warm starts first); returns the runs selected."""
     restored = restore(exp, progress)
     if restored:
         progress(f"sweep: {len(restored)} finished run(s) restored from {exp.results_dir}/results.json")
-    selected = [s for s in runs(exp) if only in s.name]
-    if not selected:
-        raise ConfigError(f"--only {only}: matches no run (runs: {', '.join(s.name for s in runs(exp))})")
-    stale = {name: drift for name, drift in stale_runs(exp).items() if only in name}
+    selected = select(runs(exp), only)
+    names = {s.name for s in selected}
+    stale = {name: drift for name, drift in stale_runs(exp).items() if name in names}
     if stale:
         name, drift = next(iter(stale.items()))
         raise ConfigError(f"{exp.output_dir}/{name} finished with another config than the grid's now "
